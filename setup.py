@@ -1,0 +1,137 @@
+"""Build of snapmla_ext: the single source of truth for sources and flags (CMakeLists.txt reads SOURCE_GROUPS).
+
+Environment:
+  SNAPMLA_CUTLASS_DIR     a local CUTLASS checkout (its include/ is used) instead of the nvidia-cutlass package
+  SNAPMLA_BUILD_GROUPS    comma list of source groups to build (default: all), e.g. "quant" while another
+                          group is being written
+  SNAPMLA_PTXAS_VERBOSE=1 add `ptxas -v` (registers, shared memory, spills) to the build log
+  SNAPMLA_SKIP_EXT=1      install the pure-Python package only (reference path)
+  NVCC_THREADS            nvcc --threads (default 4); MAX_JOBS is torch's ninja parallelism
+"""
+
+import glob
+import os
+import sys
+
+from setuptools import find_packages, setup
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+# One group per kernel family; csrc/api/module.cpp (pybind module + library definition) is always built.
+# Each group's api file registers its own operators with TORCH_LIBRARY_FRAGMENT, so a subset still links.
+SOURCE_GROUPS = {
+    "quant": ["csrc/api/quant_api.cpp", "csrc/kernels/quant/*.cu"],
+    "decode": [
+        "csrc/api/decode_api.cpp",
+        "csrc/api/sched_api.cpp",
+        "csrc/kernels/sched/*.cu",
+        "csrc/kernels/combine/*.cu",
+        "csrc/kernels/sm90/decode_fp8/instantiations/*.cu",
+    ],
+}
+ALWAYS = ["csrc/api/module.cpp"]
+
+
+def selected_sources():
+    groups = os.environ.get("SNAPMLA_BUILD_GROUPS", ",".join(SOURCE_GROUPS)).split(",")
+    unknown = [g for g in groups if g and g not in SOURCE_GROUPS]
+    if unknown:
+        sys.exit(f"SNAPMLA_BUILD_GROUPS: unknown group(s) {unknown}; known: {sorted(SOURCE_GROUPS)}")
+    sources = list(ALWAYS)
+    for g in groups:
+        for pattern in SOURCE_GROUPS.get(g, []):
+            sources += sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern)))
+    return [s for s in sources if os.path.exists(os.path.join(ROOT, s))]
+
+
+def cutlass_include_dirs():
+    local = os.environ.get("SNAPMLA_CUTLASS_DIR")
+    if local:
+        base = os.path.join(local, "include")
+        util = os.path.join(local, "tools", "util", "include")
+    else:
+        try:
+            import cutlass_library
+        except ImportError:
+            sys.exit("CUTLASS headers not found: `pip install nvidia-cutlass==4.2.0.0` or set SNAPMLA_CUTLASS_DIR")
+        src = os.path.join(os.path.dirname(cutlass_library.__file__), "source")
+        base = os.path.join(src, "include")
+        util = os.path.join(src, "tools", "util", "include")
+    if not os.path.isfile(os.path.join(base, "cute", "tensor.hpp")):
+        sys.exit(f"CUTLASS/CuTe headers not found under {base}")
+    return [base, util]
+
+
+def cuda_include_dirs():
+    """CUDA 13 keeps libcu++ under include/cccl; pip-installed torch keeps cublas/cusparse headers in nvidia/cu13."""
+    dirs = []
+    cuda_home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    cccl = os.path.join(cuda_home, "include", "cccl")
+    if os.path.isdir(cccl):
+        dirs.append(cccl)
+    try:
+        import nvidia
+
+        for p in nvidia.__path__:
+            for sub in ("cu13", "cu12"):
+                inc = os.path.join(p, sub, "include")
+                if os.path.isdir(inc):
+                    dirs.append(inc)
+    except ImportError:
+        pass
+    return dirs
+
+
+def ext_include_dirs():
+    return [os.path.join(ROOT, "csrc")] + cutlass_include_dirs() + cuda_include_dirs()
+
+
+def extensions():
+    if os.environ.get("SNAPMLA_SKIP_EXT") == "1":
+        return [], {}
+    os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
+    # Only Hopper with its arch-specific features (wgmma, setmaxnreg): one target, no PTX fallback.
+    os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a"
+    from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+    include_dirs = ext_include_dirs()
+    nvcc_flags = [
+        "-O3",
+        "-std=c++20",
+        "-DNDEBUG",
+        "-lineinfo",
+        "--expt-relaxed-constexpr",
+        "--expt-extended-lambda",
+        "-U__CUDA_NO_HALF_OPERATORS__",
+        "-U__CUDA_NO_HALF_CONVERSIONS__",
+        "-U__CUDA_NO_BFLOAT16_OPERATORS__",
+        "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+        "--ptxas-options=--warn-on-spills,--warn-on-local-memory-usage",
+        f"--threads={os.environ.get('NVCC_THREADS', '4')}",
+    ]
+    if os.environ.get("SNAPMLA_PTXAS_VERBOSE") == "1":
+        nvcc_flags.append("--ptxas-options=-v")
+    ext = CUDAExtension(
+        name="snapmla_ext._C",
+        sources=selected_sources(),
+        include_dirs=include_dirs,
+        extra_compile_args={"cxx": ["-O3", "-std=c++20", "-DNDEBUG"], "nvcc": nvcc_flags},
+    )
+    return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
+
+
+if __name__ == "snapmla_flags":  # scripts/compile_one.sh reads the include dirs only
+    ext_modules, cmdclass = [], {}
+else:
+    ext_modules, cmdclass = extensions()
+
+if __name__ != "snapmla_flags":
+    setup(
+        name="snapmla_ext",
+        version="0.1.0",
+        description="SnapMLA: FP8 MLA decode kernels for Hopper (sm_90a), a drop-in for FlashMLA's decode",
+        packages=find_packages(include=["snapmla_ext", "snapmla_ext.*"]),
+        python_requires=">=3.10",
+        ext_modules=ext_modules,
+        cmdclass=cmdclass,
+    )

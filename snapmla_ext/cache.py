@@ -1,0 +1,127 @@
+"""The per-token RoPE-aware FP8 paged KV cache of one layer (SPEC section 2; byte map in docs/kv_cache_format.md).
+
+The storage is one uint8 tensor `data` of shape (num_blocks, PAGE_BYTES = 41216); `content`, `rope` and `scale`
+are typed views of its three parts. `data` (or the cache object itself) is what flash_mla_with_kvcache takes as
+`k_cache`. On a CUDA device append/fetch_dequant run the fused kernels; on the CPU they run snapmla_ext.reference.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from snapmla_ext import layout as L
+
+
+def _check_cache_tensor(data: torch.Tensor, name: str = "k_cache") -> None:
+    if not isinstance(data, torch.Tensor):
+        raise TypeError(f"{name} must be a SnapMLAKVCache or a torch.Tensor, got {type(data).__name__}")
+    if data.dtype != torch.uint8:
+        raise ValueError(f"{name} must have dtype torch.uint8 (the SnapMLA byte map), got {data.dtype}")
+    if data.dim() != 2 or data.shape[1] != L.PAGE_BYTES:
+        raise ValueError(f"{name} must have shape (num_blocks, {L.PAGE_BYTES}), got {tuple(data.shape)}")
+    if not data.is_contiguous():
+        raise ValueError(f"{name} must be contiguous, got strides {data.stride()}")
+
+
+def content_view(data: torch.Tensor) -> torch.Tensor:
+    """(num_blocks, 64, 512) float8_e4m3fn view of the content part."""
+    nb = data.shape[0]
+    part = data[:, L.CONTENT_OFFSET : L.ROPE_OFFSET]
+    return part.view(torch.float8_e4m3fn).unflatten(1, (L.PAGE_BLOCK_SIZE, L.D_CONTENT))
+
+
+def rope_view(data: torch.Tensor) -> torch.Tensor:
+    """(num_blocks, 64, 64) bfloat16 view of the pre-scaled RoPE part."""
+    part = data[:, L.ROPE_OFFSET : L.SCALE_OFFSET]
+    return part.view(torch.bfloat16).unflatten(1, (L.PAGE_BLOCK_SIZE, L.D_ROPE))
+
+
+def scale_view(data: torch.Tensor) -> torch.Tensor:
+    """(num_blocks, 64) float32 view of the per-token scales."""
+    part = data[:, L.SCALE_OFFSET : L.PAGE_BYTES]
+    return part.view(torch.float32)
+
+
+class SnapMLAKVCache:
+    """Paged FP8 latent KV cache for one layer: `num_blocks` pages of 64 tokens, 644 B per token.
+
+    Slots are `page * 64 + offset` (vLLM's slot_mapping). The memory starts as NaN bytes (0xFF is NaN in
+    e4m3fn, bf16 and fp32) so that a kernel reading an unwritten slot into a result shows up in tests.
+    """
+
+    def __init__(self, num_blocks: int, device="cpu", *, data: Optional[torch.Tensor] = None):
+        if data is None:
+            if not isinstance(num_blocks, int) or num_blocks <= 0:
+                raise ValueError(f"num_blocks must be a positive int, got {num_blocks!r}")
+            data = torch.full((num_blocks, L.PAGE_BYTES), 0xFF, dtype=torch.uint8, device=device)
+        _check_cache_tensor(data, "data")
+        self.data = data
+
+    @classmethod
+    def from_tensor(cls, data: torch.Tensor) -> "SnapMLAKVCache":
+        """Wrap an existing (num_blocks, 41216) uint8 tensor, e.g. one an inference engine allocated."""
+        return cls(data.shape[0] if data.dim() else 0, data=data)
+
+    @staticmethod
+    def bytes_for(num_blocks: int) -> int:
+        return num_blocks * L.PAGE_BYTES
+
+    @property
+    def num_blocks(self) -> int:
+        return self.data.shape[0]
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_blocks * L.PAGE_BLOCK_SIZE
+
+    @property
+    def device(self) -> torch.device:
+        return self.data.device
+
+    @property
+    def content(self) -> torch.Tensor:
+        return content_view(self.data)
+
+    @property
+    def rope(self) -> torch.Tensor:
+        return rope_view(self.data)
+
+    @property
+    def scale(self) -> torch.Tensor:
+        return scale_view(self.data)
+
+    def poison(self) -> "SnapMLAKVCache":
+        """Fill every byte with 0xFF (NaN in all three parts)."""
+        self.data.fill_(0xFF)
+        return self
+
+    def append(self, kv: torch.Tensor, slots: torch.Tensor) -> None:
+        """Quantize BF16 latent rows kv (n, 576) and write them at `slots` (n,) int32/int64; negative slots skip."""
+        from snapmla_ext import ops
+
+        ops.append_kv(self.data, kv, slots)
+
+    def fetch_dequant(
+        self,
+        slots: Optional[torch.Tensor] = None,
+        *,
+        block_table: Optional[torch.Tensor] = None,
+        seqlens: Optional[torch.Tensor] = None,
+        num_tokens: Optional[int] = None,
+    ) -> torch.Tensor:
+        """Gather tokens back to BF16 (n, 576), RoPE rescaled to its original domain. See ops.fetch_dequant."""
+        from snapmla_ext import ops
+
+        return ops.fetch_dequant(self.data, slots, block_table=block_table, seqlens=seqlens, num_tokens=num_tokens)
+
+    def __repr__(self) -> str:
+        return f"SnapMLAKVCache(num_blocks={self.num_blocks}, device={self.device}, bytes={self.data.numel()})"
+
+
+def as_cache_tensor(k_cache, name: str = "k_cache") -> torch.Tensor:
+    """Accept a SnapMLAKVCache or its raw uint8 tensor and return the tensor, checked."""
+    data = k_cache.data if isinstance(k_cache, SnapMLAKVCache) else k_cache
+    _check_cache_tensor(data, name)
+    return data
