@@ -1,0 +1,35 @@
+"""Shared test fixtures: the `gpu` marker skips cleanly without a GPU or without the compiled extension."""
+
+import pytest
+import torch
+
+from snapmla_ext._ext import extension_available
+
+
+def _gpu_skip_reason():
+    if not torch.cuda.is_available():
+        return "no CUDA GPU on this machine"
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) != (9, 0):
+        return f"needs sm_90 (Hopper), found sm_{major}{minor}"
+    if not extension_available():
+        return "snapmla_ext._C (compiled extension) is not importable"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = _gpu_skip_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def requires_ext():
+    """For CPU tests of the compiled operators' argument checks: skip when the extension is not built."""
+    if not extension_available():
+        pytest.skip("snapmla_ext._C (compiled extension) is not importable")
+    return torch.ops.snapmla
