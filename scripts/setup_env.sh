@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Shared by scripts/main.sh and scripts/test.sh: install what is missing and build the extension in place.
+# Without nvcc (or with SNAPMLA_SKIP_EXT=1) only the pure-Python package is installed (reference path).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+PY=${PYTHON:-python3}
+$PY -c "import torch" 2>/dev/null || $PY -m pip install -q torch==2.14.1
+$PY -m pip install -q -r requirements.txt
+mkdir -p .out
+if [ "${SNAPMLA_SKIP_EXT:-0}" != "1" ] && [ -x "$CUDA_HOME/bin/nvcc" ]; then
+  echo "building snapmla_ext._C (log: .out/build.log) ..."
+  t0=$(date +%s)
+  if ! MAX_JOBS=${MAX_JOBS:-2} NVCC_THREADS=${NVCC_THREADS:-1} \
+      $PY -m pip install --no-build-isolation --no-deps -v -e . > .out/build.log 2>&1; then
+    tail -80 .out/build.log
+    echo "extension build FAILED"
+    exit 1
+  fi
+  echo "built in $(( $(date +%s) - t0 )) s"
+  export SNAPMLA_REQUIRE_EXT=1
+else
+  echo "no nvcc at $CUDA_HOME (or SNAPMLA_SKIP_EXT=1): installing the pure-Python package only"
+  SNAPMLA_SKIP_EXT=1 $PY -m pip install -q --no-build-isolation --no-deps -e .
+fi

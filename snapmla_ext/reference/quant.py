@@ -1,0 +1,73 @@
+"""Reference quantizers: per-token KV rows (SPEC section 2) and per-row queries (SPEC section 3).
+
+The CUDA kernels (Fused-K-Append, Fused-Q-Quant) must match these bit for bit, so every step is spelled out:
+
+    x      = input.float()                                   (exact for bf16 / fp16 / fp32 inputs)
+    amax   = torch.amax(|x[..., :512]|)                      NaN anywhere in the content -> amax NaN
+    scale  = clamp_min(amax, AMAX_FLOOR) / 448               fp32, IEEE round-to-nearest division; NaN stays NaN
+    c8     = e4m3(clamp(x[..., :512] / scale, -448, 448))    IEEE division, then clamp, then RNE to e4m3fn
+    rope   = bf16(x[..., 512:] / scale)                      IEEE division, then RNE to bf16 (no clamp)
+
+Non-finite inputs follow from these formulas and nothing else (the kernels must not special-case them):
+- NaN anywhere in the 512 content values: scale = NaN, so every c8 and every RoPE value of the token is NaN.
+- +-inf in the content (and no NaN): scale = +inf; finite content values become +-0 (x / inf), the infinite ones
+  become NaN (inf / inf), and RoPE values become +-0 when finite, NaN when infinite.
+- +-inf or NaN only in the RoPE part: the scale is finite; that RoPE value stays +-inf or NaN (bf16 has both), the
+  rest of the token is unaffected.
+The clamp matters for the cast: which out-of-range values torch's float8 cast saturates and which it turns into
+NaN differs across versions and devices, so no value outside [-448, 448] ever reaches it. With a finite scale,
+|x / scale| <= 448 up to one rounding, so the clamp only removes that rounding (448 * (1 + 2^-23) -> 448).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from snapmla_ext import layout as L
+from snapmla_ext.types import QuantizedQ
+
+
+def e4m3(x: torch.Tensor) -> torch.Tensor:
+    """fp32 (any shape) -> float8_e4m3fn: clamp to [-448, 448] (NaN stays NaN), then round to nearest even."""
+    return torch.clamp(x, -L.FP8_E4M3_MAX, L.FP8_E4M3_MAX).to(torch.float8_e4m3fn)
+
+
+def _check_last_dim(x: torch.Tensor, name: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor (bf16 expected), got {x.dtype}")
+    if x.dim() < 1 or x.shape[-1] != L.D_QK:
+        raise ValueError(f"{name} must have last dimension {L.D_QK} (512 content + 64 RoPE), got shape {tuple(x.shape)}")
+
+
+def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Quantize latent rows one scale per row (the module docstring gives the exact definition).
+
+    x: (..., 576) floating point (bf16 in practice); computed in fp32 from x.float().
+    Returns c8 (..., 512) float8_e4m3fn, rope (..., 64) bfloat16 pre-scaled by 1/scale, scale (...) float32.
+    """
+    _check_last_dim(x, "x")
+    xf = x.float()
+    content, rope = xf[..., : L.D_CONTENT], xf[..., L.D_CONTENT :]
+    amax = torch.amax(content.abs(), dim=-1)  # propagates NaN, unlike a max-reduction with fmaxf
+    scale = torch.clamp_min(amax, L.AMAX_FLOOR) / L.FP8_E4M3_MAX
+    s = scale.unsqueeze(-1)
+    c8 = e4m3(content / s)
+    rope_scaled = (rope / s).to(torch.bfloat16)
+    return c8, rope_scaled, scale
+
+
+def quantize_q(q: torch.Tensor) -> QuantizedQ:
+    """Fused-Q-Quant reference: q (b, s_q, h_q, 576) bf16 -> QuantizedQ, one scale per (request, token, head)."""
+    _check_last_dim(q, "q")
+    if q.dim() != 4:
+        raise ValueError(f"q must have shape (b, s_q, h_q, {L.D_QK}), got {tuple(q.shape)}")
+    c8, rope, scale = quantize_rows(q)
+    return QuantizedQ(content=c8, rope=rope, scale=scale)
+
+
+def dequantize_q(qq: QuantizedQ) -> torch.Tensor:
+    """QuantizedQ -> fp32 (b, s_q, h_q, 576): content = float(q8) * scale, rope = float(q_r') * scale (fp32 products)."""
+    s = qq.scale.float().unsqueeze(-1)
+    return torch.cat([qq.content.float() * s, qq.rope.float() * s], dim=-1)
