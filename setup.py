@@ -115,7 +115,10 @@ def extensions():
         name="snapmla_ext._C",
         sources=selected_sources(),
         include_dirs=include_dirs,
-        extra_compile_args={"cxx": ["-O3", "-std=c++20", "-DNDEBUG"], "nvcc": nvcc_flags},
+        # Host files take torch's own C++ standard (c++17 in older torch, c++20 in 2.14): c10::Error crosses the
+        # library boundary when a check fails, so host code must see the same c10 headers torch was built with.
+        # Kernel files (nvcc) include no torch header and use C++20.
+        extra_compile_args={"cxx": ["-O3", "-DNDEBUG"], "nvcc": nvcc_flags},
     )
     return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
 

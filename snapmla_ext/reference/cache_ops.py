@@ -95,7 +95,9 @@ def paged_slots(cache_data: torch.Tensor, block_table: torch.Tensor, seqlens: to
     _check_index_tensor(seqlens, "seqlens", 1, (torch.int32,), data.device)
     b, max_pages = block_table.shape
     if seqlens.shape[0] != b:
-        raise ValueError(f"seqlens must have one entry per block_table row: block_table has {b} rows, seqlens {seqlens.shape[0]}")
+        raise ValueError(
+            f"seqlens must have one entry per block_table row: block_table has {b} rows, seqlens {seqlens.shape[0]}"
+        )
     lengths = seqlens.long()
     capacity = max_pages * L.PAGE_BLOCK_SIZE
     bad = ((lengths < 0) | (lengths > capacity)).nonzero()
@@ -123,7 +125,7 @@ def paged_slots(cache_data: torch.Tensor, block_table: torch.Tensor, seqlens: to
 def read_slots(cache_data: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Raw parts at non-negative in-range slots (n,) int64: c8 (n, 512) e4m3, rope (n, 64) bf16, scale (n,) fp32."""
     page, offset = _split_slots(slots)
-    return content_view(cache_data)[page, offset], rope_view(cache_data)[page, offset], scale_view(cache_data)[page, offset]
+    return tuple(view(cache_data)[page, offset] for view in (content_view, rope_view, scale_view))
 
 
 def dequant_parts(c8: torch.Tensor, rope: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,8 @@ The CUDA kernels (Fused-K-Append, Fused-Q-Quant) must match these bit for bit, s
 
     x      = input.float()                                   (exact for bf16 / fp16 / fp32 inputs)
     amax   = torch.amax(|x[..., :512]|)                      NaN anywhere in the content -> amax NaN
-    scale  = clamp_min(amax, AMAX_FLOOR) / 448               fp32, IEEE round-to-nearest division; NaN stays NaN
+    scale  = clamp_min(amax, AMAX_FLOOR) / 448               fp32, IEEE round-to-nearest division (not a multiply
+                                                             by 1/448, which differs in the last bit); NaN stays NaN
     c8     = e4m3(clamp(x[..., :512] / scale, -448, 448))    IEEE division, then clamp, then RNE to e4m3fn
     rope   = bf16(x[..., 512:] / scale)                      IEEE division, then RNE to bf16 (no clamp)
 
@@ -27,6 +28,15 @@ from snapmla_ext import layout as L
 from snapmla_ext.types import QuantizedQ
 
 
+def div_ieee(x: torch.Tensor, d: float) -> torch.Tensor:
+    """x / d, correctly rounded on every device.
+
+    torch's CUDA division by a Python (CPU) scalar multiplies by the scalar's reciprocal, which is not the IEEE
+    quotient (amax / 448 came out 1 ulp off for ~60% of rows in a test), so d goes in as a tensor on x's device.
+    """
+    return x / torch.tensor(d, dtype=x.dtype, device=x.device)
+
+
 def e4m3(x: torch.Tensor) -> torch.Tensor:
     """fp32 (any shape) -> float8_e4m3fn: clamp to [-448, 448] (NaN stays NaN), then round to nearest even."""
     return torch.clamp(x, -L.FP8_E4M3_MAX, L.FP8_E4M3_MAX).to(torch.float8_e4m3fn)
@@ -38,7 +48,9 @@ def _check_last_dim(x: torch.Tensor, name: str) -> None:
     if not x.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor (bf16 expected), got {x.dtype}")
     if x.dim() < 1 or x.shape[-1] != L.D_QK:
-        raise ValueError(f"{name} must have last dimension {L.D_QK} (512 content + 64 RoPE), got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"{name} must have last dimension {L.D_QK} (512 content + 64 RoPE), got shape {tuple(x.shape)}"
+        )
 
 
 def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -51,7 +63,7 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     xf = x.float()
     content, rope = xf[..., : L.D_CONTENT], xf[..., L.D_CONTENT :]
     amax = torch.amax(content.abs(), dim=-1)  # propagates NaN, unlike a max-reduction with fmaxf
-    scale = torch.clamp_min(amax, L.AMAX_FLOOR) / L.FP8_E4M3_MAX
+    scale = div_ieee(torch.clamp_min(amax, L.AMAX_FLOOR), L.FP8_E4M3_MAX)
     s = scale.unsqueeze(-1)
     c8 = e4m3(content / s)
     rope_scaled = (rope / s).to(torch.bfloat16)
@@ -68,6 +80,6 @@ def quantize_q(q: torch.Tensor) -> QuantizedQ:
 
 
 def dequantize_q(qq: QuantizedQ) -> torch.Tensor:
-    """QuantizedQ -> fp32 (b, s_q, h_q, 576): content = float(q8) * scale, rope = float(q_r') * scale (fp32 products)."""
+    """QuantizedQ -> fp32 (b, s_q, h_q, 576): content = float(q8) * scale, rope = float(q_r') * scale (fp32)."""
     s = qq.scale.float().unsqueeze(-1)
     return torch.cat([qq.content.float() * s, qq.rope.float() * s], dim=-1)

@@ -17,6 +17,8 @@
 #include "kernels/quant/launch.h"
 #include "kernels/quant/quant_math.cuh"
 
+#include <algorithm>
+
 #include "common/cuda_check.h"
 
 namespace snapmla::quant {

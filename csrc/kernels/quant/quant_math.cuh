@@ -52,8 +52,8 @@ __device__ __forceinline__ uint32_t float2_to_bf162(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// row: (576,) bf16, 16-B aligned (the host checks the base pointer and the row strides).
-// Streaming loads (.cs-free): the row is read once; the default cache policy keeps a hot Q in L2.
+// row: (576,) bf16, 16-B aligned (the host checks the base pointer and the row strides). Plain loads with the
+// default cache policy, so a q that the projection just wrote is served from L2.
 __device__ __forceinline__ RowChunks load_row(const __nv_bfloat16* row, int lane) {
   const uint4* chunks = reinterpret_cast<const uint4*>(row);
   RowChunks r;

@@ -75,7 +75,7 @@ SNAPMLA_HOST_DEVICE inline PartPlan plan_part(int p, const Prefix& cost_prefix, 
   const int64_t total = cost_prefix[b];
   const int64_t payload = part_payload(total, num_sm_parts);
   const int64_t lo = static_cast<int64_t>(p) * payload;
-  const int64_t hi = p == num_sm_parts - 1 ? total : lo + payload;  // exclusive
+  const int64_t hi = p == num_sm_parts - 1 || lo + payload > total ? total : lo + payload;  // exclusive
   PartPlan plan{1, 0, 0, 0, 0};                                    // begin_req > end_req: no work
   if (lo >= total) return plan;
 

@@ -1,0 +1,250 @@
+"""Benchmark of the FP8 SnapMLA decode call against FlashMLA's BF16 dense decode (shapes of ANCHORS.md).
+
+Question: how much faster than FlashMLA BF16 is the whole decode call (Fused-Q-Quant + decode + combine, with
+the scheduler metadata computed once per step, as an engine shares it across layers), and how close to the
+roofline does it run? One line per case:
+  us | equivalent TFLOPS = 2 b s_q h_q (576 + 512) mean(seqlen) / t (FlashMLA's formula) | KV GB/s at 644 B per
+  token | % of roofline | speedup over FlashMLA BF16
+Roofline time = max(KV bytes / copy ceiling measured in this run, FP8 FLOPs / 1258 TFLOP/s + BF16 RoPE FLOPs /
+679 TFLOP/s) (the measured matmul ceilings of ANCHORS.md). The baseline is FlashMLA run in the same process
+when `flash_mla` is importable ("measured"), else the time from ANCHORS.md ("anchor"; none for some shapes).
+Timing: bench/harness.py, L2 flushed before every call (the data is >> L2 anyway), median.
+
+    python3 bench/bench_decode.py [--quick] [--out DIR]      (GPU; SNAPMLA_BENCH_QUICK=1 means --quick)
+    python3 bench/bench_decode.py --plot RESULT.json          (anywhere: PNG of speedup vs context length)
+JSON goes to bench/results/ and to --out; the PNG next to each JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from snapmla_ext import layout as L  # noqa: E402
+
+FP8_TFLOPS, BF16_TFLOPS = 1258.0, 679.0  # ANCHORS.md, measured matmul ceilings of the project's H200
+
+
+@dataclass(frozen=True)
+class Case:
+    b: int
+    s_q: int
+    h_q: int
+    s_k: int
+    varlen: bool = False
+    anchor_us: Optional[float] = None  # FlashMLA BF16 on the project's H200 (ANCHORS.md)
+
+    @property
+    def name(self) -> str:
+        return f"b{self.b}_sq{self.s_q}_h{self.h_q}_sk{self.s_k}" + ("_varlen" if self.varlen else "")
+
+
+ANCHOR_CASES = [
+    Case(64, 1, 16, 16384, anchor_us=320), Case(64, 1, 16, 32768, anchor_us=616),
+    Case(64, 1, 16, 65536, anchor_us=1192), Case(64, 1, 16, 131072, anchor_us=2462),
+    Case(64, 1, 64, 16384, anchor_us=334), Case(64, 1, 64, 32768, anchor_us=646),
+    Case(64, 1, 64, 65536, anchor_us=1267), Case(64, 1, 64, 131072, anchor_us=2565),
+    Case(64, 1, 128, 16384, anchor_us=509), Case(64, 1, 128, 32768, anchor_us=1010),
+    Case(64, 1, 128, 65536, anchor_us=2035), Case(64, 1, 128, 131072, anchor_us=4166),
+    Case(64, 2, 16, 32768, anchor_us=622), Case(64, 2, 64, 32768, anchor_us=999),
+    Case(64, 2, 128, 32768, anchor_us=1972),
+    Case(128, 1, 128, 4096, anchor_us=264), Case(128, 1, 16, 4096, anchor_us=169),
+    Case(64, 1, 128, 32768, varlen=True, anchor_us=1073),
+]
+SMALL_BATCH_CASES = [Case(b, 1, h, 8192) for b in (1, 4, 16) for h in (16, 64, 128)]
+QUICK_CASES = [Case(64, 1, 16, 32768, anchor_us=616), Case(64, 1, 128, 32768, anchor_us=1010),
+               Case(4, 1, 64, 8192), Case(128, 1, 128, 4096, anchor_us=264)]
+
+
+def seqlens_of(case: Case, gen: torch.Generator) -> torch.Tensor:
+    if not case.varlen:
+        return torch.full((case.b,), case.s_k, dtype=torch.int32)
+    # ANCHORS.md: N(32768, 16384^2), clipped to [1, 2 * s_k].
+    lens = torch.randn(case.b, generator=gen) * (case.s_k / 2) + case.s_k
+    return lens.round().clamp(1, 2 * case.s_k).to(torch.int32)
+
+
+def random_snapmla_cache(num_blocks: int, seed: int) -> torch.Tensor:
+    """(num_blocks, 41216) uint8 filled with valid random tokens (content ~ N(0, 0.1^2) in e4m3 after scaling,
+    RoPE bf16, scales ~0.1 / 448), written page chunk by page chunk to bound the temporaries."""
+    from snapmla_ext.cache import content_view, rope_view, scale_view
+
+    data = torch.empty(num_blocks, L.PAGE_BYTES, dtype=torch.uint8, device="cuda")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    chunk = 4096  # pages per step: 4096 * 64 * 512 bf16 temporaries = 256 MiB
+    for p0 in range(0, num_blocks, chunk):
+        sl = slice(p0, min(num_blocks, p0 + chunk))
+        n = sl.stop - sl.start
+        c = torch.randn(n, L.PAGE_BLOCK_SIZE, L.D_CONTENT, device="cuda", generator=gen).mul_(100.0).clamp_(-448, 448)
+        content_view(data[sl]).copy_(c.to(torch.float8_e4m3fn))
+        r = torch.randn(n, L.PAGE_BLOCK_SIZE, L.D_ROPE, device="cuda", generator=gen).mul_(100.0)
+        rope_view(data[sl]).copy_(r.to(torch.bfloat16))
+        scale_view(data[sl]).fill_(0.1 / L.FP8_E4M3_MAX)
+    return data
+
+
+def flash_mla_baseline():
+    """(get_mla_metadata, flash_mla_with_kvcache) of FlashMLA when importable, else None."""
+    try:
+        import flash_mla
+    except ImportError:
+        return None
+    return flash_mla.get_mla_metadata, flash_mla.flash_mla_with_kvcache
+
+
+def time_flash_mla(fm, case, q, block_table, seqlens, num_blocks, H) -> float:
+    get_meta, call = fm
+    k_cache = torch.randn(num_blocks, L.PAGE_BLOCK_SIZE, 1, L.D_QK, device="cuda", dtype=torch.bfloat16).mul_(0.1)
+    meta = get_meta(seqlens, case.s_q * case.h_q, 1)
+    # Old FlashMLA returns (metadata, num_splits) tensors, new FlashMLA (sched_meta, None); both are positional.
+    fn = lambda: call(q, k_cache, block_table, seqlens, L.D_CONTENT, meta[0], meta[1], causal=False)  # noqa: E731
+    us = H.time_cold(fn)
+    del k_cache
+    return us
+
+
+def run_case(case: Case, fm, ceiling_gbps: float, H) -> H.Result:
+    from snapmla_ext.decode_ops import flash_mla_with_kvcache, get_mla_metadata
+
+    gen = torch.Generator().manual_seed(case.b * 7 + case.s_k)
+    seqlens_cpu = seqlens_of(case, gen)
+    pages = [math.ceil(int(n) / L.PAGE_BLOCK_SIZE) for n in seqlens_cpu]
+    max_pages = max(pages)
+    num_blocks = sum(pages)
+    # Pages in random order, as a block allocator hands them out.
+    order = torch.randperm(num_blocks, generator=gen).to(torch.int32)
+    block_table = torch.zeros(case.b, max_pages, dtype=torch.int32)
+    start = 0
+    for i, n in enumerate(pages):
+        block_table[i, :n] = order[start : start + n]
+        start += n
+    block_table, seqlens = block_table.cuda(), seqlens_cpu.cuda()
+    q = (torch.randn(case.b, case.s_q, case.h_q, L.D_QK, device="cuda") * 0.1).to(torch.bfloat16)
+
+    cache = random_snapmla_cache(num_blocks, seed=case.s_k)
+    meta, splits = get_mla_metadata(seqlens, case.s_q * case.h_q, 1)
+    fn = lambda: flash_mla_with_kvcache(q, cache, block_table, seqlens, L.D_CONTENT, meta, splits)  # noqa: E731
+    us = H.time_cold(fn)
+    del cache
+    torch.cuda.empty_cache()
+
+    baseline_us, baseline_kind = None, None
+    if fm is not None:
+        baseline_us, baseline_kind = time_flash_mla(fm, case, q, block_table, seqlens, num_blocks, H), "measured"
+        torch.cuda.empty_cache()
+    elif case.anchor_us is not None:
+        baseline_us, baseline_kind = case.anchor_us, "anchor"
+
+    total_tokens = int(seqlens_cpu.sum())
+    mean_seqlen = total_tokens / case.b
+    rows = case.b * case.s_q * case.h_q
+    tflops = 2 * rows * (L.D_QK + L.D_CONTENT) * mean_seqlen / us / 1e6
+    kv_bytes = total_tokens * L.TOKEN_BYTES
+    kv_gbps = kv_bytes / us / 1e3
+    fp8_flops = 2 * rows * total_tokens / case.b * (2 * L.D_CONTENT)
+    bf16_flops = 2 * rows * total_tokens / case.b * L.D_ROPE
+    roof_us = max(kv_bytes / ceiling_gbps / 1e3, (fp8_flops / FP8_TFLOPS + bf16_flops / BF16_TFLOPS) / 1e6)
+    params = dict(
+        b=case.b, s_q=case.s_q, h_q=case.h_q, s_k=case.s_k, varlen=case.varlen, mean_seqlen=mean_seqlen,
+        num_sm_parts=int(meta.shape[0]), total_splits=int(splits[-1]), tflops=tflops, kv_gbps=kv_gbps,
+        pct_roofline=100.0 * roof_us / us, baseline_us=baseline_us, baseline=baseline_kind,
+        speedup=(baseline_us / us) if baseline_us else None,
+    )
+    q_bytes = rows * L.D_QK * 2
+    out_bytes = rows * (L.D_CONTENT * 2 + 4)
+    res = H.Result(name=case.name, us=us, bytes_moved=kv_bytes + q_bytes + out_bytes,
+                   gbps=(kv_bytes + q_bytes + out_bytes) / us / 1e3,
+                   pct_copy=100.0 * (kv_bytes + q_bytes + out_bytes) / us / 1e3 / ceiling_gbps, l2="cold",
+                   params=params)
+    return res
+
+
+def print_line(r) -> None:
+    p = r.params
+    speed = f"{p['speedup']:.2f}x ({p['baseline']})" if p["speedup"] else "-"
+    print(f"{r.name:<34} {r.us:10.1f} {p['tflops']:9.1f} {p['kv_gbps']:9.1f} {p['pct_roofline']:7.1f}%  {speed}",
+          flush=True)
+
+
+def plot_speedup(json_path: str, png_path: Optional[str] = None) -> Optional[str]:
+    """PNG of speedup over FlashMLA BF16 vs context length, one line per head count (b = 64, s_q = 1, fixed
+    lengths). Reads only the JSON, so it runs on any machine with matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot (run `bench_decode.py --plot JSON` where it is)")
+        return None
+    with open(json_path) as f:
+        data = json.load(f)
+    series: dict[int, list[tuple[int, float, str]]] = {}
+    for r in data["results"]:
+        p = r["params"]
+        if p["b"] == 64 and p["s_q"] == 1 and not p["varlen"] and p.get("speedup"):
+            series.setdefault(p["h_q"], []).append((p["s_k"], p["speedup"], p["baseline"]))
+    if not series:
+        print(f"{json_path}: no b = 64, s_q = 1 case with a baseline: no plot")
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for h_q, pts in sorted(series.items()):
+        pts.sort()
+        ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], marker="o", label=f"h_q = {h_q} ({pts[0][2]})")
+    ax.set_xscale("log", base=2)
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xlabel("context length s_k (tokens)")
+    ax.set_ylabel("speedup over FlashMLA BF16")
+    ax.set_title(f"SnapMLA FP8 decode, b = 64, s_q = 1 ({data['environment'].get('gpu', '?')})")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    png_path = png_path or os.path.splitext(json_path)[0] + "_speedup.png"
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=120)
+    plt.close(fig)
+    return png_path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=None, help="also write the JSON (and PNG) into this directory")
+    ap.add_argument("--quick", action="store_true", default=os.environ.get("SNAPMLA_BENCH_QUICK") == "1",
+                    help="four representative shapes only (also SNAPMLA_BENCH_QUICK=1, for scripts/gpu_check.sh)")
+    ap.add_argument("--plot", default=None, metavar="JSON", help="only draw the PNG of an earlier run's JSON")
+    args = ap.parse_args()
+    if args.plot:
+        print(plot_speedup(args.plot))
+        return
+
+    from bench import harness as H
+
+    fm = flash_mla_baseline()
+    ceiling = H.copy_ceiling_gbps()
+    print(f"device: {torch.cuda.get_device_name(0)}; copy ceiling: {ceiling:.1f} GB/s; baseline: "
+          f"{'FlashMLA measured in this run' if fm else 'ANCHORS.md times (flash_mla not importable)'}")
+    print(f"{'case':<34} {'us':>10} {'TFLOPS':>9} {'KV GB/s':>9} {'roof':>8}  speedup")
+    cases = QUICK_CASES if args.quick else ANCHOR_CASES + SMALL_BATCH_CASES
+    results = []
+    for c in cases:
+        results.append(run_case(c, fm, ceiling, H))
+        print_line(results[-1])
+    dirs = [H.RESULTS_DIR] + ([args.out] if args.out else [])
+    extra = {"copy_ceiling_gbps": ceiling, "baseline": "flash_mla measured" if fm else "ANCHORS.md"}
+    for path in H.write_json("bench_decode", results, extra, dirs):
+        print("wrote", path)
+        png = plot_speedup(path)
+        if png:
+            print("wrote", png)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+// Entry point of the FP8 SnapMLA decode: snapmla::decode_fp8 (validation, allocation, decode kernel, combine).
+//
+// One C++ function serves the CPU and the CUDA keys. Checks run in the order dtype -> shape -> layout ->
+// device, so CPU tests can trigger every message except the device ones (a CPU tensor that passes everything
+// else is told it must be a CUDA tensor). Nothing here syncs with the device, so the call can be captured in a
+// CUDA graph. What the host cannot check without a sync: cache_seqlens within the block table's capacity
+// (max_pages * 64) and the values of the metadata. The decode kernel clamps each seqlen to [0, max_pages * 64]
+// and so never reads a block-table entry past its row; SNAPMLA_DEBUG_CHECKS=1 adds synchronous checks of both
+// and pre-fills outputs and split workspaces with NaN (not capturable; for debugging and tests).
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/all.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "api/checks.h"
+#include "common/params.h"
+#include "kernels/combine/launch.h"
+#include "kernels/sched/sched_meta.h"
+#include "kernels/sm90/decode_fp8/launch.h"
+#include "kv_layout.h"
+
+namespace snapmla {
+
+namespace {
+
+namespace L = kv_layout;
+
+constexpr int64_t MAX_H_Q = 128;           // two 64-row M tiles per query token; SPEC section 1
+constexpr int64_t TMA_ALIGN_BYTES = 16;    // TMA global addresses and strides are multiples of 16 B
+constexpr int64_t MAX_GRID_Y = 65535;      // num_sm_parts is the decode grid's y; q_rows / 4 the combine's y
+constexpr int64_t COMBINE_ROWS_PER_CTA = 4;
+
+// Read on every call (a getenv costs ~100 ns next to a >= 10 us decode) so tests can switch it per case.
+bool debug_checks_enabled() {
+  const char* v = std::getenv("SNAPMLA_DEBUG_CHECKS");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+// The (s, h) dims of a (b, s_q, h_q, ...) tensor fold into one row index with a single stride.
+void check_rows_foldable(const at::Tensor& t, int64_t h_q, const char* name) {
+  TORCH_CHECK(t.size(1) == 1 || t.stride(1) == h_q * t.stride(2), name,
+              ": dims 1 and 2 (s_q, h_q) must fold into one row dimension, i.e. stride(1) == h_q * stride(2) = ",
+              h_q * t.stride(2), ", got strides ", t.strides());
+}
+
+void check_tma_strides(const at::Tensor& t, const char* name) {
+  const int64_t elem = t.element_size();
+  for (int64_t d = 0; d + 1 < t.dim(); ++d)
+    TORCH_CHECK(t.size(d) == 1 || (t.stride(d) * elem) % TMA_ALIGN_BYTES == 0, name, ": stride(", d, ") = ",
+                t.stride(d), " elements must be a multiple of ", TMA_ALIGN_BYTES, " bytes (TMA), got strides ",
+                t.strides());
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % TMA_ALIGN_BYTES == 0, name,
+              ": data pointer must be ", TMA_ALIGN_BYTES, "-byte aligned (TMA), got address ", t.data_ptr());
+}
+
+// SNAPMLA_DEBUG_CHECKS=1: synchronous value checks the fast path cannot afford.
+void debug_check_values(const at::Tensor& cache_seqlens, const at::Tensor& num_splits, int64_t max_pages,
+                        int64_t max_total_splits) {
+  const at::Tensor seqlens = cache_seqlens.cpu();
+  const int* s = seqlens.data_ptr<int>();
+  for (int64_t r = 0; r < seqlens.size(0); ++r)
+    TORCH_CHECK(s[r] >= 0 && s[r] <= max_pages * L::PAGE_BLOCK_SIZE, "cache_seqlens[", r, "] must be in [0, ",
+                max_pages * L::PAGE_BLOCK_SIZE, "] (block_table.shape[1] * 64), got ", s[r]);
+  const int total = num_splits[-1].item<int>();
+  TORCH_CHECK(total >= 0 && total <= max_total_splits, "num_splits[-1] (total pieces) must be in [0, ",
+              max_total_splits, "] (b + num_sm_parts), got ", total,
+              ": the metadata was computed for other cache_seqlens or another batch");
+}
+
+}  // namespace
+
+// Shapes: q_content (b, s_q, h_q, 512) e4m3, q_rope (b, s_q, h_q, 64) bf16, q_scale (b, s_q, h_q) fp32,
+// kv_cache (num_blocks, 41216) uint8, block_table (b, max_pages) int32, cache_seqlens (b,) int32,
+// tile_scheduler_metadata (num_sm_parts, 8) int32, num_splits (b + 1,) int32.
+// Returns out (b, s_q, h_q, 512) bf16 and lse (b, h_q, s_q) fp32 (natural log, +inf where nothing is visible).
+std::tuple<at::Tensor, at::Tensor> decode_fp8(const at::Tensor& q_content, const at::Tensor& q_rope,
+                                              const at::Tensor& q_scale, const at::Tensor& kv_cache,
+                                              const at::Tensor& block_table, const at::Tensor& cache_seqlens,
+                                              const at::Tensor& tile_scheduler_metadata, const at::Tensor& num_splits,
+                                              double softmax_scale, bool causal) {
+  // ---- dtype ----
+  checks::check_dtype(q_content, at::kFloat8_e4m3fn, "q_content");
+  checks::check_dtype(q_rope, at::kBFloat16, "q_rope");
+  checks::check_dtype(q_scale, at::kFloat, "q_scale");
+  checks::check_dtype(kv_cache, at::kByte, "kv_cache");
+  checks::check_dtype(block_table, at::kInt, "block_table");
+  checks::check_dtype(cache_seqlens, at::kInt, "cache_seqlens");
+  checks::check_dtype(tile_scheduler_metadata, at::kInt, "tile_scheduler_metadata");
+  checks::check_dtype(num_splits, at::kInt, "num_splits");
+
+  // ---- shape ----
+  checks::check_dim(q_content, 4, "q_content");
+  checks::check_size(q_content, 3, L::D_CONTENT, "q_content");
+  const int64_t b = q_content.size(0), s_q = q_content.size(1), h_q = q_content.size(2);
+  TORCH_CHECK(b >= 1, "q_content.shape[0] (b) must be >= 1, got ", b);
+  TORCH_CHECK(s_q >= 1, "q_content.shape[1] (s_q) must be >= 1, got ", s_q);
+  TORCH_CHECK(h_q >= 1 && h_q <= MAX_H_Q, "q_content.shape[2] (h_q) must be in [1, ", MAX_H_Q, "], got ", h_q);
+  const int64_t q_rows = s_q * h_q;
+  TORCH_CHECK(q_rows <= MAX_GRID_Y * COMBINE_ROWS_PER_CTA, "s_q * h_q must be <= ", MAX_GRID_Y * COMBINE_ROWS_PER_CTA,
+              ", got ", q_rows);
+  checks::check_shape(q_rope, {b, s_q, h_q, L::D_ROPE}, "q_rope");
+  checks::check_shape(q_scale, {b, s_q, h_q}, "q_scale");
+  checks::check_dim(kv_cache, 2, "kv_cache");
+  checks::check_size(kv_cache, 1, L::PAGE_BYTES, "kv_cache");
+  const int64_t num_blocks = kv_cache.size(0);
+  TORCH_CHECK(num_blocks >= 1, "kv_cache.shape[0] (num_blocks) must be >= 1, got ", num_blocks);
+  checks::check_fits_int32(num_blocks, "kv_cache.shape[0] (num_blocks)");
+  checks::check_dim(block_table, 2, "block_table");
+  checks::check_size(block_table, 0, b, "block_table");
+  const int64_t max_pages = block_table.size(1);
+  TORCH_CHECK(max_pages >= 1, "block_table.shape[1] (max_pages) must be >= 1, got ", max_pages);
+  checks::check_fits_int32(max_pages * L::PAGE_BLOCK_SIZE, "block_table.shape[1] * 64 (token capacity)");
+  checks::check_shape(cache_seqlens, {b}, "cache_seqlens");
+  checks::check_dim(tile_scheduler_metadata, 2, "tile_scheduler_metadata");
+  checks::check_size(tile_scheduler_metadata, 1, sched::SCHED_META_INTS, "tile_scheduler_metadata");
+  const int64_t num_sm_parts = tile_scheduler_metadata.size(0);
+  TORCH_CHECK(num_sm_parts >= 1 && num_sm_parts <= MAX_GRID_Y, "tile_scheduler_metadata.shape[0] (num_sm_parts) ",
+              "must be in [1, ", MAX_GRID_Y, "], got ", num_sm_parts);
+  TORCH_CHECK(num_splits.dim() == 1 && num_splits.size(0) == b + 1, "num_splits must have shape (b + 1,) = (",
+              b + 1, ",) for b = q_content.shape[0]; got ", num_splits.sizes(),
+              " (metadata computed for another batch?)");
+
+  // ---- layout ----
+  checks::check_last_dim_contiguous(q_content, "q_content");
+  checks::check_last_dim_contiguous(q_rope, "q_rope");
+  checks::check_last_dim_contiguous(q_scale, "q_scale");
+  check_rows_foldable(q_content, h_q, "q_content");
+  check_rows_foldable(q_rope, h_q, "q_rope");
+  check_rows_foldable(q_scale, h_q, "q_scale");
+  check_tma_strides(q_content, "q_content");
+  check_tma_strides(q_rope, "q_rope");
+  checks::check_contiguous(kv_cache, "kv_cache");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(kv_cache.data_ptr()) % TMA_ALIGN_BYTES == 0,
+              "kv_cache: data pointer must be ", TMA_ALIGN_BYTES, "-byte aligned (TMA), got address ",
+              kv_cache.data_ptr());
+  checks::check_last_dim_contiguous(block_table, "block_table");
+  checks::check_contiguous(cache_seqlens, "cache_seqlens");
+  checks::check_contiguous(tile_scheduler_metadata, "tile_scheduler_metadata");
+  checks::check_contiguous(num_splits, "num_splits");
+
+  // ---- device ----
+  checks::check_cuda(q_content, "q_content");
+  const std::pair<const at::Tensor*, const char*> others[] = {
+      {&q_rope, "q_rope"},           {&q_scale, "q_scale"},
+      {&kv_cache, "kv_cache"},       {&block_table, "block_table"},
+      {&cache_seqlens, "cache_seqlens"}, {&tile_scheduler_metadata, "tile_scheduler_metadata"},
+      {&num_splits, "num_splits"}};
+  for (const auto& [t, name] : others) {
+    checks::check_cuda(*t, name);
+    checks::check_same_device(*t, q_content, name, "q_content");
+  }
+
+  const c10::cuda::CUDAGuard guard(q_content.device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  // A request is split into at most num_sm_parts pieces and each part boundary adds at most one piece:
+  // total pieces <= b + num_sm_parts - 1 (plan.h).
+  const int64_t max_total_splits = b + num_sm_parts;
+  checks::check_fits_int32(max_total_splits, "b + num_sm_parts");
+
+  const auto f32 = q_content.options().dtype(at::kFloat);
+  at::Tensor out = at::empty({b, s_q, h_q, L::D_CONTENT}, q_content.options().dtype(at::kBFloat16));
+  at::Tensor lse = at::empty({b, h_q, s_q}, f32);
+  at::Tensor o_accum = at::empty({max_total_splits, q_rows, L::D_CONTENT}, f32);
+  at::Tensor lse_accum = at::empty({max_total_splits, q_rows}, f32);
+  if (debug_checks_enabled()) {
+    debug_check_values(cache_seqlens, num_splits, max_pages, max_total_splits);
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    out.fill_(nan);
+    lse.fill_(nan);
+    o_accum.fill_(nan);
+    lse_accum.fill_(nan);
+  }
+
+  const DecodeParams params{
+      .b = static_cast<int>(b),
+      .s_q = static_cast<int>(s_q),
+      .h_q = static_cast<int>(h_q),
+      .q_rows = static_cast<int>(q_rows),
+      .num_blocks = static_cast<int>(num_blocks),
+      .max_pages_per_req = static_cast<int>(max_pages),
+      .softmax_scale = static_cast<float>(softmax_scale),
+      .causal = causal,
+      .q_content = reinterpret_cast<const uint8_t*>(q_content.data_ptr()),
+      .q_rope = reinterpret_cast<const __nv_bfloat16*>(q_rope.data_ptr()),
+      .q_scale = q_scale.data_ptr<float>(),
+      .q_content_batch_stride = q_content.stride(0),
+      .q_content_row_stride = q_content.stride(2),
+      .q_rope_batch_stride = q_rope.stride(0),
+      .q_rope_row_stride = q_rope.stride(2),
+      .q_scale_batch_stride = q_scale.stride(0),
+      .kv_cache = kv_cache.data_ptr<uint8_t>(),
+      .block_table = block_table.data_ptr<int>(),
+      .block_table_batch_stride = block_table.stride(0),
+      .cache_seqlens = cache_seqlens.data_ptr<int>(),
+      .out = reinterpret_cast<__nv_bfloat16*>(out.data_ptr()),
+      .lse = lse.data_ptr<float>(),
+      .tile_scheduler_metadata = tile_scheduler_metadata.data_ptr<int>(),
+      .num_splits = num_splits.data_ptr<int>(),
+      .num_sm_parts = static_cast<int>(num_sm_parts),
+      .o_accum = o_accum.data_ptr<float>(),
+      .lse_accum = lse_accum.data_ptr<float>(),
+      .max_total_splits = static_cast<int>(max_total_splits),
+  };
+  sm90::decode_fp8::launch_decode_fp8(params, stream);
+  combine::launch_combine(params, stream);
+  return {out, lse};
+}
+
+}  // namespace snapmla
+
+TORCH_LIBRARY_FRAGMENT(snapmla, m) {
+  m.def(
+      "decode_fp8(Tensor q_content, Tensor q_rope, Tensor q_scale, Tensor kv_cache, Tensor block_table, "
+      "Tensor cache_seqlens, Tensor tile_scheduler_metadata, Tensor num_splits, float softmax_scale, bool causal) "
+      "-> (Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(snapmla, CPU, m) { m.impl("decode_fp8", &snapmla::decode_fp8); }
+TORCH_LIBRARY_IMPL(snapmla, CUDA, m) { m.impl("decode_fp8", &snapmla::decode_fp8); }

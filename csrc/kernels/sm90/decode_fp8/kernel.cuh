@@ -1,0 +1,73 @@
+// sm_90a FP8 SnapMLA decode kernel (SPEC sections 4-5): attention of 64 folded query rows (row = s * h_q + h)
+// over the 64-token pages of one schedule row's pieces, with FP8 Q and K content, BF16 pre-scaled RoPE, per-token
+// K scales and per-(row, block) FP8 P scales folded into the online-softmax state.
+//
+// Grid (num_m_tiles, num_sm_parts), 384 threads, one CTA per SM (225 KB of shared memory), persistent over the
+// pieces of its schedule row. Warpgroups:
+//   WG0, WG1 (math, 232 registers): each computes the whole 64x64 QK of a block (16 QGMMA k32 over the 512
+//     content dims + 4 HGMMA k16 over the 64 RoPE dims, one fp32 accumulator), the online softmax, P quantised
+//     to e4m3 in registers, and PV for its 256-column half of O (2 QGMMA m64n256k32 per block, A from
+//     registers). mainloop.cuh, softmax.cuh, epilogue.cuh.
+//   WG2 (producer, 40 registers): thread 0 issues TMA (query tile once per piece, 41216 B per page), the four
+//     warps transpose V into K-major V^T buffers and zero the tail of the last block. producer.cuh.
+// Pipeline: 3 KV stages (content, RoPE, scales: kv_full by TMA bytes, kv_empty when both QKs and the transpose
+// are done) and 2 V^T buffers (vt_full by the transposer, vt_empty when both PVs retired); query tile q_full /
+// q_empty once per piece. Barrier phases come from one running block index shared by all roles.
+// Shared memory: 40 KB Q + 3 x 40.25 KB KV stages + 2 x 32 KB V^T = 225 KB (traits.h).
+// Bytes per block: 41216 (the page, nothing else). FLOPs per block and 64-row tile: 2 x 64 x 64 x 512 FP8 for
+// QK (done by both math warpgroups: 2x the tensor work of QK) + 2 x 64 x 64 x 512 FP8 for PV + 2 x 64 x 64 x 64
+// BF16 for RoPE.
+#pragma once
+
+#include "kernels/sm90/common/mbarrier.cuh"
+#include "kernels/sm90/common/tma.cuh"
+#include "kernels/sm90/decode_fp8/mainloop.cuh"
+#include "kernels/sm90/decode_fp8/producer.cuh"
+#include "kernels/sm90/decode_fp8/schedule.cuh"
+#include "kernels/sm90/decode_fp8/traits.h"
+
+namespace snapmla::sm90::decode_fp8 {
+
+template <typename KvElem>
+__global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_kernel(const __grid_constant__ KernelParams kp) {
+  static_assert(KvTraits<KvElem>::NEEDS_V_TRANSPOSE, "this kernel body is the 8-bit (transposed V) path");
+  extern __shared__ uint8_t smem_raw[];
+  SharedStorage& ss = *reinterpret_cast<SharedStorage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < KV_STAGES; ++i) {
+      mbarrier_init(&ss.kv_full[i], 1);
+      mbarrier_init(&ss.kv_empty[i], MATH_THREADS + WG_THREADS);
+    }
+#pragma unroll
+    for (int i = 0; i < VT_STAGES; ++i) {
+      mbarrier_init(&ss.vt_full[i], WG_THREADS);
+      mbarrier_init(&ss.vt_empty[i], MATH_THREADS);
+    }
+    mbarrier_init(&ss.q_full, 1);
+    mbarrier_init(&ss.q_empty, MATH_THREADS);
+    fence_barrier_init();
+  }
+  if (threadIdx.x == PRODUCER_WG * WG_THREADS) {
+    tma_prefetch_map(&kp.tm_q_content);
+    tma_prefetch_map(&kp.tm_q_rope);
+    tma_prefetch_map(&kp.tm_kv_content);
+    tma_prefetch_map(&kp.tm_kv_rope);
+    tma_prefetch_map(&kp.tm_kv_scale);
+  }
+  __syncthreads();
+
+  // The schedule row is read after the role split: values live across setmaxnreg would be spilled. A CTA
+  // column with no work (BEGIN_REQ > END_REQ) runs both roles through empty loops.
+  const int wg = threadIdx.x / WG_THREADS;
+  if (wg == PRODUCER_WG) {
+    setmaxnreg_dec<PRODUCER_REGS>();
+    run_producer(kp, ss, load_sched_row(kp.p, blockIdx.y));
+  } else {
+    setmaxnreg_inc<MATH_REGS>();
+    run_math(kp, ss, load_sched_row(kp.p, blockIdx.y), wg);
+  }
+}
+
+}  // namespace snapmla::sm90::decode_fp8

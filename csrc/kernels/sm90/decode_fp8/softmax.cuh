@@ -1,0 +1,134 @@
+// Online softmax of SnapMLA (SPEC section 4) on the QK accumulator fragment of one math thread: two rows
+// (r0 = 16*warp + lane/4 and r0 + 8), 16 columns each (8i + 2(lane%4) + {0, 1}, i = 0..7), the other 48
+// columns of those rows sitting in the 3 sibling lanes of the quad (row reductions: 2 xor-shuffles).
+//
+// Per row and block, in base 2 (x2 = x * log2 e):
+//   x2_j = acc_j * (q_scale * softmax_scale * log2 e) * k_scale_j, -inf by select when token j is masked
+//   m_n = max(m_{n-1}, max_j x2_j);  e_j = 2^(x2_j - m_n);  p'_j = e_j * k_scale_j (0 by select when masked)
+//   sigma_n = max(max_j p'_j, P_FLOOR) / 448, kept as its inverse inv_n = 448 / max(max_j p'_j, P_FLOOR)
+//   p8_j = e4m3(p'_j * inv_n)
+//   O~ and L~ are scaled by alpha * sigma_{n-1} / sigma_n = 2^(m_{n-1} - m_n) * inv_n / inv_{n-1}, then
+//   L~ += sum_j e_j * inv_n (and O~ += P8 V8 by the PV WGMMA).
+// A block with no visible token for a row (causal rows near the end) leaves that row's m, sigma, O~ and L~
+// untouched: its P is all zero, and taking sigma_n = P_FLOOR / 448 there would blow O~ up by sigma_{n-1}/sigma_n
+// (up to 2^126) for no contribution. Before the first visible token the scale is 0 (O~ = L~ = 0 anyway).
+#pragma once
+
+#include <cfloat>
+#include <cstdint>
+
+#include "kernels/sm90/common/mbarrier.cuh"
+#include "kernels/sm90/decode_fp8/config.h"
+
+namespace snapmla::sm90::decode_fp8 {
+
+struct RowState {
+  float m;    // running max of the base-2 logits, -inf before the first visible token
+  float inv;  // 1 / sigma of the last block that had a visible token
+  float l;    // L~ (probability-scale domain)
+};
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Four floats -> four e4m3 bytes (v0 in the low byte), round to nearest even, saturating at +-448.
+__device__ __forceinline__ uint32_t pack_e4m3x4(float v0, float v1, float v2, float v3) {
+  uint32_t r;
+  asm("{\n"
+      ".reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n"
+      "}\n"
+      : "=r"(r)
+      : "f"(v0), "f"(v1), "f"(v2), "f"(v3));
+  return r;
+}
+
+// s: the thread's QK accumulator (32 fp32, fragment layout of wgmma.cuh), consumed.
+// k_scale: the block's 64 per-token scales in shared memory (the thread reads its 16 columns as float2).
+// q_mul[r]: q_scale * softmax_scale * log2 e of row r; n_vis[r]: visible tokens of row r in this block
+// (<= 0: none, >= 64: all).
+// Out: s holds p'_j (0 where masked), st the updated state, o_scale[r] the factor for O~ before this PV.
+__device__ __forceinline__ void softmax_block(float (&s)[32], const float (&k_scale)[BLOCK_N], const float (&q_mul)[2],
+                                              const int (&n_vis)[2], int t, RowState (&st)[2], float (&o_scale)[2]) {
+  float ks[16];  // ks[2i + e]: scale of column 8i + 2t + e
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
+                 : "=f"(ks[2 * i]), "=f"(ks[2 * i + 1])
+                 : "r"(smem_u32(&k_scale[8 * i + 2 * t])));
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    // Column 8i + 2t + e is visible iff 8i + e < n_vis - 2t: one register, immediates for the 16 columns.
+    const int vis_lim = n_vis[r] - 2 * t;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float x = s[4 * i + 2 * r + e] * q_mul[r] * ks[2 * i + e];
+        s[4 * i + 2 * r + e] = 8 * i + e < vis_lim ? x : -INFINITY;
+        mx = fmaxf(mx, s[4 * i + 2 * r + e]);
+      }
+    }
+    mx = quad_max(mx);
+    const float m_new = fmaxf(st[r].m, mx);
+    const float m_use = m_new == -INFINITY ? 0.f : m_new;
+    float e_sum = 0.f, p_max = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float ex = exp2f(s[4 * i + 2 * r + e] - m_use);  // exactly 0 for a masked (-inf) logit
+        const float pp = 8 * i + e < vis_lim ? ex * ks[2 * i + e] : 0.f;
+        e_sum += ex;
+        p_max = fmaxf(p_max, pp);
+        s[4 * i + 2 * r + e] = pp;
+      }
+    }
+    e_sum = quad_sum(e_sum);
+    p_max = quad_max(p_max);
+    if (p_max > 0.f) {
+      // 448 / p_max overflows only when p_max < 1.3e-36; clamping keeps 0 * inv = 0 for masked columns.
+      const float inv_new = fminf(kvl::FP8_E4M3_MAX / fmaxf(p_max, kvl::P_FLOOR), FLT_MAX);
+      o_scale[r] = st[r].m == -INFINITY ? 0.f : exp2f(st[r].m - m_new) * (inv_new / st[r].inv);
+      st[r].l = st[r].l * o_scale[r] + e_sum * inv_new;
+      st[r].inv = inv_new;
+      st[r].m = m_new;
+    } else {
+      o_scale[r] = 1.f;
+    }
+  }
+}
+
+// p8 = e4m3(p' * inv) packed into the A fragments of the two PV k-steps. Kept apart from softmax_block: it
+// defines the A registers of a WGMMA, which must not happen while another WGMMA is in flight (ptxas would
+// serialise every WGMMA of the kernel, C7513), so the caller runs it after the previous PV retired.
+__device__ __forceinline__ void pack_p(const float (&s)[32], const RowState (&st)[2], uint32_t (&p)[8]) {
+  // P fragments: k-step g covers columns 32g .. 32g+31; register 4g + {0, 1, 2, 3} = rows {r0, r0+8, r0, r0+8},
+  // columns {32g + 2t + {0,1,8,9}, same, 32g + 16 + 2t + {0,1,8,9}, same}; accumulator chunk i = column / 8.
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i0 = 4 * g + 2 * h;  // chunks i0 (columns +0, +1) and i0 + 1 (columns +8, +9)
+        const float inv = st[r].inv;
+        p[4 * g + 2 * h + r] = pack_e4m3x4(s[4 * i0 + 2 * r] * inv, s[4 * i0 + 2 * r + 1] * inv,
+                                           s[4 * (i0 + 1) + 2 * r] * inv, s[4 * (i0 + 1) + 2 * r + 1] * inv);
+      }
+    }
+  }
+}
+
+}  // namespace snapmla::sm90::decode_fp8

@@ -1,0 +1,73 @@
+// Types of the sm_90a SnapMLA decode kernel: the per-KV-type traits, the shared-memory plan and the kernel
+// parameter block (DecodeParams plus the TMA tensor maps built on the host).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "common/params.h"
+#include "kernels/sm90/decode_fp8/config.h"
+
+namespace snapmla::sm90::decode_fp8 {
+
+// What depends on the element type of the cached content (the K of QK and the V of PV). Only the FP8 cache of
+// SPEC section 2 is instantiated; a BF16-cache kernel adds a specialisation (2-byte content: 8 content tiles,
+// BF16 WGMMAs, no V transpose since 16-bit WGMMA reads V through an MN-major descriptor).
+template <typename KvElem>
+struct KvTraits;
+
+template <>
+struct KvTraits<__nv_fp8_e4m3> {
+  using Elem = __nv_fp8_e4m3;
+  static constexpr int ELEM_BYTES = 1;
+  static constexpr bool NEEDS_V_TRANSPOSE = true;  // 8-bit WGMMA takes K-major B only
+  static constexpr CUtensorMapDataType TMA_DTYPE = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  static constexpr const char* NAME = "e4m3";
+};
+static_assert(KvTraits<__nv_fp8_e4m3>::ELEM_BYTES == kvl::CONTENT_ELEM_BYTES, "kv_layout.h content type");
+
+// Shared memory: 225 KB of the 227 KB a CTA may hold. Swizzle-128B tiles need 1024-B alignment, the Swizzle-64B
+// V^T buffers 512 B; every member below starts on a multiple of 1024 B (the struct is 1024-aligned).
+//   q_content   32768  (4 tiles: 64 rows x 128 B, Swizzle-128B)
+//   q_rope       8192  (64 rows x 64 bf16, Swizzle-128B)
+//   kv_content  98304  (3 stages x 4 tiles: 64 tokens x 128 B, Swizzle-128B)
+//   kv_rope     24576  (3 stages x 64 tokens x 64 bf16, Swizzle-128B)
+//   vt          65536  (2 buffers x 512 dims x 64 tokens, K-major Swizzle-64B, tokens permuted: see producer.cuh)
+//   kv_scale      768  (3 stages x 64 fp32)
+//   barriers       96
+struct alignas(1024) SharedStorage {
+  uint8_t q_content[CONTENT_TILES][Q_CONTENT_TILE_BYTES];
+  uint8_t q_rope[BLOCK_M * D_ROPE * 2];
+  uint8_t kv_content[KV_STAGES][CONTENT_TILES][CONTENT_TILE_BYTES];
+  uint8_t kv_rope[KV_STAGES][ROPE_TILE_BYTES];
+  uint8_t vt[VT_STAGES][D_V * BLOCK_N];
+  float kv_scale[KV_STAGES][BLOCK_N];
+  uint64_t kv_full[KV_STAGES];   // TMA: KV_STAGE_TX_BYTES, one arrival (the issuing thread)
+  uint64_t kv_empty[KV_STAGES];  // MATH_THREADS + WG_THREADS arrivals (QK read it, transpose read it)
+  uint64_t vt_full[VT_STAGES];   // WG_THREADS arrivals (transposer threads, after fence.proxy.async)
+  uint64_t vt_empty[VT_STAGES];  // MATH_THREADS arrivals (PV retired)
+  uint64_t q_full;               // TMA: Q_TX_BYTES, one arrival
+  uint64_t q_empty;              // MATH_THREADS arrivals (last QK of the piece retired)
+};
+
+// Dynamic shared memory requested at launch: the struct plus slack to align the base to 1024 B.
+inline constexpr int SMEM_BYTES = static_cast<int>(sizeof(SharedStorage)) + 1024;
+static_assert(SMEM_BYTES <= 232448, "sm_90 allows 227 KB of dynamic shared memory per CTA");
+static_assert(offsetof(SharedStorage, q_rope) % 1024 == 0 && offsetof(SharedStorage, kv_content) % 1024 == 0 &&
+                  offsetof(SharedStorage, kv_rope) % 1024 == 0 && offsetof(SharedStorage, vt) % 1024 == 0,
+              "swizzled tiles must sit on their swizzle atom");
+
+// Kernel parameters: passed by value as a __grid_constant__ so the tensor maps live in parameter space.
+struct KernelParams {
+  DecodeParams p;
+  CUtensorMap tm_q_content;   // (b, q_rows, 512) uint8, box (1, 64, 128), Swizzle-128B
+  CUtensorMap tm_q_rope;      // (b, q_rows, 64) bf16, box (1, 64, 64), Swizzle-128B
+  CUtensorMap tm_kv_content;  // (num_blocks, 64, 512) uint8, page stride 41216 B, box (1, 64, 128), Swizzle-128B
+  CUtensorMap tm_kv_rope;     // (num_blocks, 64, 64) bf16 at +32768, page stride 41216 B, box (1, 64, 64), Swizzle-128B
+  CUtensorMap tm_kv_scale;    // (num_blocks, 64) fp32 at +40960, page stride 41216 B, box (1, 64), no swizzle
+};
+
+}  // namespace snapmla::sm90::decode_fp8

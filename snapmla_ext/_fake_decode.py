@@ -1,0 +1,31 @@
+"""Fake (meta) implementations of the decode-side operators, so torch.compile / make_fx can trace calls to them.
+
+They return tensors of the shapes, dtypes and devices the real operators return, without touching data.
+Imported by snapmla_ext.decode_ops after the compiled library (which defines the schemas) is loaded.
+"""
+
+import torch
+
+from snapmla_ext import layout as L
+
+# csrc/kernels/sched/sched_meta.h: ints per tile_scheduler_metadata row (padded to 32 B).
+SCHED_META_INTS = 8
+
+
+@torch.library.register_fake("snapmla::get_mla_metadata")
+def _get_mla_metadata_fake(cache_seqlens, num_q_tokens_per_head_k, num_heads_k, num_sm_parts):
+    b = cache_seqlens.shape[0]
+    meta = cache_seqlens.new_empty((num_sm_parts, SCHED_META_INTS), dtype=torch.int32)
+    num_splits = cache_seqlens.new_empty((b + 1,), dtype=torch.int32)
+    return meta, num_splits
+
+
+@torch.library.register_fake("snapmla::decode_fp8")
+def _decode_fp8_fake(
+    q_content, q_rope, q_scale, kv_cache, block_table, cache_seqlens, tile_scheduler_metadata, num_splits,
+    softmax_scale, causal,
+):
+    b, s_q, h_q = q_content.shape[:3]
+    out = q_content.new_empty((b, s_q, h_q, L.D_CONTENT), dtype=torch.bfloat16)
+    lse = q_content.new_empty((b, h_q, s_q), dtype=torch.float32)
+    return out, lse

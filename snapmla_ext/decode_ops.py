@@ -1,0 +1,242 @@
+"""FlashMLA-compatible decode API over the SnapMLA FP8 cache: get_mla_metadata and flash_mla_with_kvcache.
+
+Both keep FlashMLA's names and argument order, so `from snapmla_ext.ops import get_mla_metadata,
+flash_mla_with_kvcache` replaces `from flash_mla import ...`; `k_cache` is the SnapMLA cache (SPEC section 2).
+
+Split-KV: the scheduler (torch.ops.snapmla.get_mla_metadata, one device kernel, no host sync) cuts the KV work
+of the batch into `num_sm_parts` balanced runs of 64-token blocks; the decode kernel runs one CTA column per
+part and a combine kernel merges requests split across parts. Default num_sm_parts =
+max(sm_count // ceil(s_q * h_q / 64) // num_heads_k, 1), as FlashMLA. Forcing more parts (for tests, or to
+study the split path): pass `num_sm_parts=` to get_mla_metadata, or set SNAPMLA_FORCE_SPLIT=<num_sm_parts>.
+
+Everything here is CUDA-graph capturable (metadata, Q quantization, decode and combine are device work only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Optional, Union
+
+import torch
+
+from snapmla_ext import layout as L
+from snapmla_ext import quant_ops
+from snapmla_ext._ext import load_extension
+from snapmla_ext.cache import SnapMLAKVCache, as_cache_tensor
+from snapmla_ext.types import QuantizedQ
+
+BLOCK_M = 64  # query rows (s * h_q + h) per decode CTA; csrc/kernels/sm90/decode_fp8/launch.h
+CPU_PLAN_SM_COUNT = 132  # SMs assumed when planning for CPU seqlens (H100 SXM / H200): the CPU plan mirrors a GPU's
+
+
+@functools.lru_cache(maxsize=None)
+def _ops():
+    """torch.ops.snapmla with the decode fake implementations registered (loads the extension once)."""
+    ops = load_extension()
+    from snapmla_ext import _fake_decode  # noqa: F401  (registers the fake impls on import)
+
+    return ops
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        return CPU_PLAN_SM_COUNT
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def default_num_sm_parts(num_q_tokens_per_head_k: int, num_heads_k: int = 1, device="cuda") -> int:
+    """FlashMLA's default: one CTA per SM across the M tiles, i.e. max(sm_count // num_m_tiles // h_k, 1), with
+    num_m_tiles = ceil(s_q * h_q / 64). SNAPMLA_FORCE_SPLIT=<n> overrides it (n >= 1)."""
+    forced = os.environ.get("SNAPMLA_FORCE_SPLIT")
+    if forced:
+        try:
+            n = int(forced)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"SNAPMLA_FORCE_SPLIT must be a positive integer (num_sm_parts), got {forced!r}")
+        return n
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    num_m_tiles = -(-int(num_q_tokens_per_head_k) // BLOCK_M)
+    return max(_sm_count(device) // max(num_m_tiles, 1) // max(int(num_heads_k), 1), 1)
+
+
+@dataclasses.dataclass
+class SnapMLASchedMeta:
+    """New-style scheduling metadata (FlashMLA's FlashMLASchedMeta): empty until the first
+    flash_mla_with_kvcache call fills it, then reused by later calls (e.g. the other layers of a step).
+
+    Reuse it only while the shapes and the values of cache_seqlens stay the same (as FlashMLA requires); a call
+    with other shapes raises "metadata reused with other shapes". The values cannot be checked without a host
+    sync: a stale plan is safe (the kernel clamps, nothing is read out of bounds) but gives wrong results.
+    """
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        b: int
+        s_q: int
+        h_q: int
+        num_sm_parts: int
+        device: torch.device
+
+    num_sm_parts: Optional[int] = None  # None: default_num_sm_parts at first use
+    have_initialized: bool = False
+    config: Optional[Config] = None
+    tile_scheduler_metadata: Optional[torch.Tensor] = None  # (num_sm_parts, 8) int32
+    num_splits: Optional[torch.Tensor] = None  # (b + 1,) int32
+
+
+def _old_style_metadata(
+    cache_seqlens: torch.Tensor,
+    num_q_tokens_per_head_k: int,
+    num_heads_k: int,
+    num_heads_q: Optional[int] = None,
+    is_fp8_kvcache: bool = False,
+    topk: Optional[int] = None,
+    *,
+    num_sm_parts: Optional[int] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # num_heads_q and is_fp8_kvcache only select FlashMLA's sparse / fp8 planners; the SnapMLA plan needs neither.
+    if topk is not None:
+        raise NotImplementedError("get_mla_metadata: sparse attention (topk) is not supported by snapmla_ext")
+    if not isinstance(cache_seqlens, torch.Tensor):
+        raise TypeError(f"cache_seqlens must be a torch.Tensor, got {type(cache_seqlens).__name__}")
+    if num_sm_parts is None:
+        num_sm_parts = default_num_sm_parts(num_q_tokens_per_head_k, num_heads_k, cache_seqlens.device)
+    return _ops().get_mla_metadata(cache_seqlens, int(num_q_tokens_per_head_k), int(num_heads_k), int(num_sm_parts))
+
+
+def get_mla_metadata(*args, **kwargs):
+    """Split-KV scheduling metadata, in both of FlashMLA's generations.
+
+    Old style, `get_mla_metadata(cache_seqlens, num_q_tokens_per_head_k, num_heads_k, num_heads_q=None,
+    is_fp8_kvcache=False, topk=None, *, num_sm_parts=None)`:
+        cache_seqlens (b,) int32 on the device that will run the decode; num_q_tokens_per_head_k = s_q * h_q;
+        num_heads_k = 1. Returns (tile_scheduler_metadata (num_sm_parts, 8) int32, num_splits (b + 1,) int32),
+        computed on cache_seqlens' device by one kernel (no host sync; capturable). CPU seqlens are planned on
+        the host (for tests), for a 132-SM GPU by default. sparse (topk) raises NotImplementedError.
+    New style, `get_mla_metadata()` (any arguments that do not start with a tensor are ignored, as in FlashMLA;
+    the keyword num_sm_parts= is honoured): returns (SnapMLASchedMeta(), None), filled by the first
+    flash_mla_with_kvcache call that uses it.
+    num_sm_parts (snapmla extension): force the number of KV parts (default: default_num_sm_parts).
+    """
+    if (args and isinstance(args[0], torch.Tensor)) or "cache_seqlens" in kwargs:
+        return _old_style_metadata(*args, **kwargs)
+    return SnapMLASchedMeta(num_sm_parts=kwargs.get("num_sm_parts")), None
+
+
+def _quantized_q(q) -> QuantizedQ:
+    if isinstance(q, QuantizedQ):
+        return q
+    if not isinstance(q, torch.Tensor):
+        raise TypeError(f"q must be a torch.Tensor or a snapmla_ext.types.QuantizedQ, got {type(q).__name__}")
+    if q.dtype != torch.bfloat16:
+        raise ValueError(f"q must have dtype torch.bfloat16 (or be a QuantizedQ), got {q.dtype}")
+    if q.dim() != 4 or q.shape[-1] != L.D_QK:
+        raise ValueError(f"q must have shape (b, s_q, h_q, {L.D_QK}), got {tuple(q.shape)}")
+    return quant_ops.quantize_q(q)
+
+
+def _metadata_from_sched_meta(
+    sched_meta: SnapMLASchedMeta, qq: QuantizedQ, cache_seqlens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    b, s_q, h_q = qq.scale.shape
+    if not sched_meta.have_initialized:
+        num_sm_parts = sched_meta.num_sm_parts or default_num_sm_parts(s_q * h_q, 1, cache_seqlens.device)
+        meta, splits = _ops().get_mla_metadata(cache_seqlens, s_q * h_q, 1, num_sm_parts)
+        sched_meta.config = SnapMLASchedMeta.Config(b, s_q, h_q, num_sm_parts, cache_seqlens.device)
+        sched_meta.tile_scheduler_metadata, sched_meta.num_splits = meta, splits
+        sched_meta.have_initialized = True
+        return meta, splits
+    cfg = sched_meta.config
+    now = SnapMLASchedMeta.Config(b, s_q, h_q, cfg.num_sm_parts, cache_seqlens.device)
+    if now != cfg:
+        raise ValueError(
+            "tile_scheduler_metadata: metadata reused with other shapes: it was filled for "
+            f"(b={cfg.b}, s_q={cfg.s_q}, h_q={cfg.h_q}, device={cfg.device}), this call has "
+            f"(b={b}, s_q={s_q}, h_q={h_q}, device={cache_seqlens.device}); call get_mla_metadata() again"
+        )
+    return sched_meta.tile_scheduler_metadata, sched_meta.num_splits
+
+
+def flash_mla_with_kvcache(
+    q: Union[torch.Tensor, QuantizedQ],
+    k_cache: Union[torch.Tensor, SnapMLAKVCache],
+    block_table: torch.Tensor,
+    cache_seqlens: torch.Tensor,
+    head_dim_v: int,
+    tile_scheduler_metadata: Union[SnapMLASchedMeta, torch.Tensor],
+    num_splits: Optional[torch.Tensor] = None,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    is_fp8_kvcache: bool = False,
+    indices: Optional[torch.Tensor] = None,
+    attn_sink: Optional[torch.Tensor] = None,
+    extra_k_cache: Optional[torch.Tensor] = None,
+    extra_indices_in_kvcache: Optional[torch.Tensor] = None,
+    topk_length: Optional[torch.Tensor] = None,
+    extra_topk_length: Optional[torch.Tensor] = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """FP8 SnapMLA decode (FlashMLA's flash_mla_with_kvcache, dense mode).
+
+    q:             (b, s_q, h_q, 576) bfloat16, quantized inside by Fused-Q-Quant (snapmla_ext.quant_ops.quantize_q);
+                   or a snapmla_ext.types.QuantizedQ (content (b, s_q, h_q, 512) e4m3, rope (b, s_q, h_q, 64)
+                   bf16, scale (b, s_q, h_q) fp32) quantized by the caller. h_q in 1..128, s_q >= 1.
+    k_cache:       a SnapMLAKVCache or its (num_blocks, 41216) uint8 tensor (byte map in csrc/kv_layout.h).
+                   FlashMLA-shaped bf16 caches or per-token-row uint8 views are not accepted: the SnapMLA page
+                   stores its content, RoPE and scale parts separately, not per-token rows.
+    block_table:   (b, max_pages) int32, last dim contiguous; entries past a request's pages are never read.
+    cache_seqlens: (b,) int32, each in [0, max_pages * 64] (not checked on the host, which would need a sync:
+                   the kernel clamps to the table's capacity; SNAPMLA_DEBUG_CHECKS=1 checks it, synchronously).
+    head_dim_v:    must be 512.
+    tile_scheduler_metadata / num_splits: either a SnapMLASchedMeta from get_mla_metadata() (new style; then
+                   num_splits must be None) or the two int32 tensors of the old-style get_mla_metadata(...).
+    softmax_scale: default 576 ** -0.5 (q.shape[-1] ** -0.5). causal: query token i sees cache tokens
+                   0 .. seqlen - s_q + i.
+    is_fp8_kvcache: accepted for FlashMLA compatibility; the SnapMLA cache is always FP8.
+    indices, attn_sink, extra_k_cache, extra_indices_in_kvcache, topk_length, extra_topk_length: sparse-mode
+                   arguments of FlashMLA, not supported (NotImplementedError).
+    Returns out (b, s_q, h_q, 512) bfloat16 and lse (b, h_q, s_q) float32 (natural log; a row that sees no token
+    gets out = 0 and lse = +inf).
+    """
+    unsupported = {
+        "indices": indices,
+        "attn_sink": attn_sink,
+        "extra_k_cache": extra_k_cache,
+        "extra_indices_in_kvcache": extra_indices_in_kvcache,
+        "topk_length": topk_length,
+        "extra_topk_length": extra_topk_length,
+    }
+    given = [name for name, v in unsupported.items() if v is not None]
+    if given:
+        raise NotImplementedError(
+            f"flash_mla_with_kvcache: sparse attention is not supported by snapmla_ext (got {', '.join(given)}); "
+            "only dense decode over the SnapMLA FP8 cache is implemented"
+        )
+    if head_dim_v != L.D_CONTENT:
+        raise ValueError(f"head_dim_v must be {L.D_CONTENT}, got {head_dim_v}")
+    kv_cache = as_cache_tensor(k_cache, "k_cache")
+    qq = _quantized_q(q)
+    if softmax_scale is None:
+        softmax_scale = L.D_QK**-0.5
+    if isinstance(tile_scheduler_metadata, SnapMLASchedMeta):
+        if num_splits is not None:
+            raise ValueError("num_splits must be None with a SnapMLASchedMeta (new-style get_mla_metadata())")
+        meta, splits = _metadata_from_sched_meta(tile_scheduler_metadata, qq, cache_seqlens)
+    else:
+        if not isinstance(tile_scheduler_metadata, torch.Tensor) or not isinstance(num_splits, torch.Tensor):
+            raise TypeError(
+                "tile_scheduler_metadata and num_splits must be the two tensors of get_mla_metadata(cache_seqlens, "
+                "...) or a SnapMLASchedMeta (with num_splits=None); got "
+                f"{type(tile_scheduler_metadata).__name__} and {type(num_splits).__name__}"
+            )
+        meta, splits = tile_scheduler_metadata, num_splits
+    return _ops().decode_fp8(
+        qq.content, qq.rope, qq.scale, kv_cache, block_table, cache_seqlens, meta, splits, float(softmax_scale),
+        bool(causal),
+    )

@@ -1,0 +1,75 @@
+"""The whole decode call in a CUDA graph, and under torch.compile (GPU).
+
+Captured once: Fused-Q-Quant + get_mla_metadata (device scheduler) + decode + combine. Replayed with new query
+values and new cache_seqlens written into the captured input tensors: the replay must plan for the new lengths
+(nothing was computed on the host at capture time) and give bit-for-bit what an eager call gives.
+"""
+
+import pytest
+import torch
+
+from snapmla_ext import layout as L
+from snapmla_ext.decode_ops import flash_mla_with_kvcache, get_mla_metadata
+from utils.compare import assert_bitwise_equal
+from utils.data import make_paged_inputs, make_q
+
+pytestmark = pytest.mark.gpu
+
+B, S_Q, H_Q = 6, 2, 64
+
+
+@pytest.fixture(autouse=True)
+def no_debug_sync(monkeypatch):
+    monkeypatch.delenv("SNAPMLA_DEBUG_CHECKS", raising=False)  # its host sync cannot be captured
+    monkeypatch.delenv("SNAPMLA_FORCE_SPLIT", raising=False)
+
+
+def step_old_style(q, cache, block_table, seqlens, num_sm_parts):
+    meta, splits = get_mla_metadata(seqlens, S_Q * H_Q, 1, num_sm_parts=num_sm_parts)
+    return flash_mla_with_kvcache(q, cache, block_table, seqlens, L.D_CONTENT, meta, splits, causal=True)
+
+
+def step_new_style(q, cache, block_table, seqlens, num_sm_parts):
+    sched_meta, _ = get_mla_metadata(num_sm_parts=num_sm_parts)
+    return flash_mla_with_kvcache(q, cache, block_table, seqlens, L.D_CONTENT, sched_meta, causal=True)
+
+
+def capture(step, *args):
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            step(*args)  # warm-up outside the graph: lazy loading, allocator
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = step(*args)
+    return graph, outputs
+
+
+@pytest.mark.parametrize("step", [step_old_style, step_new_style], ids=["old_style", "new_style"])
+@pytest.mark.parametrize("num_sm_parts", [None, 300], ids=["default_parts", "forced_split"])
+def test_graph_replay_with_new_seqlens(step, num_sm_parts):
+    full = [4000, 3000, 2500, 1000, 64, 4096]  # the cache holds these; replays use shorter prefixes
+    p = make_paged_inputs(B, S_Q, H_Q, full, seed=60, device="cuda")
+    q = p.q.clone()
+    seqlens = p.cache_seqlens.clone()
+    graph, (out, lse) = capture(step, q, p.cache, p.block_table, seqlens, num_sm_parts)
+
+    for i, new_lens in enumerate([[4000, 1, 0, 999, 64, 4096], [17, 3000, 2500, 0, 0, 130], full]):
+        q.copy_(make_q(B, S_Q, H_Q, seed=61 + i, device="cuda"))
+        seqlens.copy_(torch.tensor(new_lens, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        eager_out, eager_lse = step(q, p.cache, p.block_table, seqlens, num_sm_parts)
+        assert_bitwise_equal(out, eager_out, f"out (replay {i}, seqlens {new_lens})")
+        assert_bitwise_equal(lse, eager_lse, f"lse (replay {i}, seqlens {new_lens})")
+
+
+def test_torch_compile_matches_eager():
+    p = make_paged_inputs(B, S_Q, H_Q, [300, 0, 64, 5000, 1, 77], seed=62, device="cuda")
+    compiled = torch.compile(step_old_style)
+    out, lse = compiled(p.q, p.cache.data, p.block_table, p.cache_seqlens, None)
+    eager_out, eager_lse = step_old_style(p.q, p.cache.data, p.block_table, p.cache_seqlens, None)
+    assert_bitwise_equal(out, eager_out, "out")
+    assert_bitwise_equal(lse, eager_lse, "lse")

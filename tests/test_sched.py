@@ -1,0 +1,188 @@
+"""The split-KV scheduler (CPU): the plan of torch.ops.snapmla.get_mla_metadata on CPU seqlens (the same plan.h
+arithmetic the device kernel runs; tests/test_decode_gpu.py checks device == host), replayed the way the decode
+kernel walks it (csrc/kernels/sched/sched_meta.h), and the Python defaults of snapmla_ext.decode_ops.
+"""
+
+import math
+import random
+
+import pytest
+import torch
+
+from snapmla_ext import decode_ops
+from snapmla_ext.decode_ops import default_num_sm_parts, get_mla_metadata
+
+OVERHEAD = 5  # PIECE_OVERHEAD_BLOCKS in sched_meta.h
+META_INTS = 8
+BEGIN_REQ, BEGIN_BLOCK, END_REQ, END_BLOCK, BEGIN_SPLIT = range(5)
+
+
+def blocks(seqlen: int) -> int:
+    return max(0, math.ceil(seqlen / 64))
+
+
+def replay(meta: torch.Tensor, num_splits: torch.Tensor, seqlens: list[int]):
+    """Pieces per request [(part, split, first, last)], and the cost of each part, as the decode kernel sees them."""
+    pieces = [[] for _ in seqlens]
+    costs = []
+    for p, row in enumerate(meta.tolist()):
+        cost = 0
+        for r in range(row[BEGIN_REQ], row[END_REQ] + 1):
+            n = blocks(seqlens[r])
+            first = row[BEGIN_BLOCK] if r == row[BEGIN_REQ] else 0
+            last = row[END_BLOCK] if r == row[END_REQ] else n
+            split = row[BEGIN_SPLIT] if r == row[BEGIN_REQ] else 0
+            pieces[r].append((p, split, first, last))
+            cost += OVERHEAD + last - first
+        costs.append(cost)
+    return pieces, costs
+
+
+def plan(seqlens, num_sm_parts):
+    t = torch.tensor(seqlens, dtype=torch.int32)
+    meta, num_splits = get_mla_metadata(t, 64, 1, num_sm_parts=num_sm_parts)
+    return meta, num_splits
+
+
+def check_plan(seqlens, num_sm_parts):
+    meta, num_splits = plan(seqlens, num_sm_parts)
+    b = len(seqlens)
+    assert meta.shape == (num_sm_parts, META_INTS) and meta.dtype == torch.int32
+    assert num_splits.shape == (b + 1,) and num_splits.dtype == torch.int32
+    pieces, costs = replay(meta, num_splits, seqlens)
+    ns = num_splits.tolist()
+    assert ns[0] == 0
+    assert ns[-1] <= b + num_sm_parts - 1, f"{ns[-1]} pieces > b + num_sm_parts - 1"
+    for r, (ps, seqlen) in enumerate(zip(pieces, seqlens)):
+        n = blocks(seqlen)
+        assert len(ps) == ns[r + 1] - ns[r], f"request {r}: {len(ps)} pieces, num_splits says {ns[r + 1] - ns[r]}"
+        assert [s for _, s, _, _ in ps] == list(range(len(ps))), f"request {r}: split indices {ps}"
+        assert [p for p, _, _, _ in ps] == sorted({p for p, _, _, _ in ps}), f"request {r}: parts out of order"
+        if n == 0:
+            assert ps and len(ps) == 1 and ps[0][2:] == (0, 0), f"zero-length request {r}: pieces {ps}"
+            continue
+        covered = [blk for _, _, first, last in ps for blk in range(first, last)]
+        assert covered == list(range(n)), f"request {r} ({n} blocks): covered {covered[:8]}..., pieces {ps}"
+        assert all(last > first for _, _, first, last in ps), f"request {r}: empty piece {ps}"
+    total = sum(OVERHEAD + blocks(s) for s in seqlens)
+    payload = max(1, -(-total // num_sm_parts))
+    assert max(costs) <= payload + OVERHEAD, f"part costs {max(costs)} > {payload} + {OVERHEAD}"
+    return meta, num_splits
+
+
+CASES = [
+    ("one request", [1000], 1),
+    ("zero length alone", [0], 1),
+    ("zero lengths, more parts than work", [0, 0, 0], 132),
+    ("mixed short and long", [1, 64, 65, 0, 128 * 1024], 132),
+    ("forced split into single blocks", [65536], 1000),
+    ("negative seqlen counts as empty", [-5, 3, 0], 4),
+    ("b = 64 at 16k, 132 SMs", [16384] * 64, 132),
+    ("b = 128 at 4k, h_q = 128 (66 parts)", [4096] * 128, 66),
+]
+
+
+@pytest.mark.parametrize("name,seqlens,parts", CASES, ids=[c[0] for c in CASES])
+def test_plan_examples(requires_ext, name, seqlens, parts):
+    check_plan(seqlens, parts)
+
+
+@pytest.mark.parametrize("b", [1, 3, 74, 132, 200])
+@pytest.mark.parametrize("parts", [1, 7, 66, 132, 397])
+def test_plan_random_varlen(requires_ext, b, parts):
+    rng = random.Random(1000 * b + parts)
+    seqlens = [0 if rng.random() < 0.15 else rng.randint(1, 65536) for _ in range(b)]
+    check_plan(seqlens, parts)
+
+
+def test_one_part_never_splits(requires_ext):
+    seqlens = [0, 1, 64, 65, 100000]
+    meta, num_splits = check_plan(seqlens, 1)
+    assert num_splits.tolist() == list(range(len(seqlens) + 1))
+    assert meta[0, :5].tolist() == [0, 0, len(seqlens) - 1, blocks(seqlens[-1]), 0]
+
+
+def test_huge_seqlens_do_not_overflow(requires_ext):
+    check_plan([2**31 - 1, 2**31 - 1, 7], 132)
+
+
+def test_idle_parts_are_marked_empty(requires_ext):
+    meta, _ = check_plan([64], 16)  # 6 cost units over 16 parts: most parts get nothing
+    idle = meta[:, BEGIN_REQ] > meta[:, END_REQ]
+    assert idle.sum() >= 10
+
+
+# ---- argument checks of the op (one test per message) ----
+
+
+def test_sched_rejects_dtype(requires_ext):
+    with pytest.raises(RuntimeError, match="cache_seqlens must have dtype Int, got Long"):
+        requires_ext.get_mla_metadata(torch.ones(3, dtype=torch.int64), 16, 1, 4)
+
+
+def test_sched_rejects_dim(requires_ext):
+    with pytest.raises(RuntimeError, match="cache_seqlens must have 1 dimensions, got 2"):
+        requires_ext.get_mla_metadata(torch.ones(3, 1, dtype=torch.int32), 16, 1, 4)
+
+
+def test_sched_rejects_empty_batch(requires_ext):
+    with pytest.raises(RuntimeError, match=r"cache_seqlens.shape\[0\] \(b\) must be >= 1, got 0"):
+        requires_ext.get_mla_metadata(torch.ones(0, dtype=torch.int32), 16, 1, 4)
+
+
+def test_sched_rejects_num_heads_k(requires_ext):
+    with pytest.raises(RuntimeError, match="num_heads_k must be 1 .*, got 2"):
+        requires_ext.get_mla_metadata(torch.ones(3, dtype=torch.int32), 16, 2, 4)
+
+
+def test_sched_rejects_num_q_tokens(requires_ext):
+    with pytest.raises(RuntimeError, match=r"num_q_tokens_per_head_k \(s_q \* h_q\) must be >= 1, got 0"):
+        requires_ext.get_mla_metadata(torch.ones(3, dtype=torch.int32), 0, 1, 4)
+
+
+def test_sched_rejects_num_sm_parts(requires_ext):
+    with pytest.raises(RuntimeError, match=r"num_sm_parts must be in \[1, 65535\] \(grid.y\), got 0"):
+        requires_ext.get_mla_metadata(torch.ones(3, dtype=torch.int32), 16, 1, 0)
+
+
+def test_sched_rejects_non_contiguous(requires_ext):
+    with pytest.raises(RuntimeError, match="cache_seqlens must be contiguous"):
+        requires_ext.get_mla_metadata(torch.ones(6, dtype=torch.int32)[::2], 16, 1, 4)
+
+
+# ---- Python side (no extension needed) ----
+
+
+@pytest.mark.parametrize(
+    "rows,h_k,expected", [(16, 1, 132), (64, 1, 132), (128, 1, 66), (256, 1, 33), (128 * 8, 1, 8), (10000, 1, 1)]
+)
+def test_default_num_sm_parts(monkeypatch, rows, h_k, expected):
+    monkeypatch.delenv("SNAPMLA_FORCE_SPLIT", raising=False)
+    monkeypatch.setattr(decode_ops, "_sm_count", lambda device: 132)
+    assert default_num_sm_parts(rows, h_k, "cpu") == expected
+
+
+def test_force_split_env(monkeypatch):
+    monkeypatch.setenv("SNAPMLA_FORCE_SPLIT", "500")
+    assert default_num_sm_parts(128, 1, "cpu") == 500
+
+
+def test_force_split_env_invalid(monkeypatch):
+    monkeypatch.setenv("SNAPMLA_FORCE_SPLIT", "many")
+    with pytest.raises(ValueError, match="SNAPMLA_FORCE_SPLIT must be a positive integer"):
+        default_num_sm_parts(128, 1, "cpu")
+
+
+def test_new_style_metadata_is_empty():
+    meta, none = get_mla_metadata()
+    assert none is None and not meta.have_initialized and meta.tile_scheduler_metadata is None
+
+
+def test_new_style_keeps_forced_parts():
+    meta, _ = get_mla_metadata(num_sm_parts=7)
+    assert meta.num_sm_parts == 7
+
+
+def test_old_style_sparse_not_supported():
+    with pytest.raises(NotImplementedError, match="sparse attention \\(topk\\) is not supported"):
+        get_mla_metadata(torch.ones(2, dtype=torch.int32), 16, 1, topk=2048)
