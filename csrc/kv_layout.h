@@ -48,9 +48,13 @@ inline constexpr int PAGE_BYTES = SCALE_OFFSET + PAGE_BLOCK_SIZE * SCALE_TOKEN_B
 // fp32 range in the QK accumulator even for a token whose content is all zero.
 inline constexpr float FP8_E4M3_MAX = 448.0f;
 inline constexpr float AMAX_FLOOR = 6.103515625e-05f;  // 2^-14
-// Floor of the per-row, per-block P scale sigma = max(max_j p'_j, P_FLOOR) / 448. A block whose p' are all
-// zero (fully masked) gets sigma = P_FLOOR / 448 instead of 0, so sigma_{n-1} / sigma_n is always finite.
-inline constexpr float P_FLOOR = 1.1754943508222875e-38f;  // FLT_MIN (2^-126)
+// Floor of the per-row, per-block P scale sigma = max(max_j p'_j, P_FLOOR) / 448. It bounds the forward ratio
+// sigma_{n-1} / sigma_n that rescales O~ and L~: with FLT_MIN the ratio after a block of tiny p' (logits ~75
+// below the running max) reached ~1e35 and overflowed the state. With 2^-60 the ratio stays below
+// p'_max / 2^-60 ~ 1.7e20 for content amax <= 2^16 (p' <= 2^16 / 448), so O~ (<= 64 * 448^2 per block) stays far
+// below FLT_MAX, while p' < 2^-60 (e < 1e-11 of the row maximum even at the smallest token scale) is dropped.
+// A block in which a row sees no token at all leaves that row's state untouched (kernel and reference alike).
+inline constexpr float P_FLOOR = 8.673617379884035e-19f;  // 2^-60
 
 static_assert(TOKEN_BYTES == 644, "SPEC section 2: 644 B per token");
 static_assert(PAGE_BYTES == PAGE_BLOCK_SIZE * TOKEN_BYTES, "the page holds exactly its tokens");

@@ -33,6 +33,32 @@ if [ "${DEV_SANITIZE:-0}" = "1" ]; then
     echo "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
   done
 fi
+if [ "${DEV_NCU:-0}" = "1" ]; then
+  # One decode launch of the b = 64, h_q = 16, s_k = 32768 case (bench/bench_decode.py's data), profiled.
+  cat > /tmp/ncu_case.py <<'PY'
+import sys, torch
+sys.path.insert(0, "bench")
+import bench_decode as B
+from snapmla_ext.decode_ops import flash_mla_with_kvcache, get_mla_metadata
+b, h, s_k = 64, int(sys.argv[1]), 32768
+pages = s_k // 64
+block_table = torch.randperm(b * pages, dtype=torch.int32).view(b, pages).cuda()
+seqlens = torch.full((b,), s_k, dtype=torch.int32, device="cuda")
+q = (torch.randn(b, 1, h, 576, device="cuda") * 0.1).to(torch.bfloat16)
+cache = B.random_snapmla_cache(b * pages, seed=1)
+meta, splits = get_mla_metadata(seqlens, h, 1)
+for _ in range(5):
+    flash_mla_with_kvcache(q, cache, block_table, seqlens, 512, meta, splits)
+torch.cuda.synchronize()
+PY
+  for h in ${DEV_NCU_HEADS:-16}; do
+    timeout 200 ncu --kernel-name regex:snapmla_decode_fp8 --launch-skip 3 --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+      --section SourceCounters python3 /tmp/ncu_case.py $h > "$OUT/ncu_h$h.txt" 2>&1
+    grep -E "Duration|Throughput|Shared|Stall|Issued|Eligible|No Eligible|Warp Cycles|Bank|L1/TEX Hit|Mem Busy|Max Bandwidth" \
+      "$OUT/ncu_h$h.txt" | head -60
+  done
+fi
 case "${DEV_BENCH:-quick}" in
   quick) timeout 240 python3 bench/bench_decode.py --quick --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -20 ;;
   full) timeout 420 python3 bench/bench_decode.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -40 ;;

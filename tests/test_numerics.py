@@ -132,6 +132,35 @@ def test_cli_tiny_run(tmp_path, capsys):
     assert results["meta"]["backend"].startswith("emulation")
 
 
+def test_cli_rejects_unknown_scheme_and_unusable_kernel(capsys):
+    with pytest.raises(SystemExit):
+        main(["--schemes", "snapmla,foo", "--no-plots"])
+    assert "unknown scheme(s) ['foo']" in capsys.readouterr().err
+    if not paged.kernel_ready():
+        with pytest.raises(SystemExit):
+            main(["--backend", "kernel", "--no-plots"])
+        assert "backend 'kernel' needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_kernel_check_plumbing_on_cpu(monkeypatch):
+    """The kernel path's shapes and the agreement verdict, with the kernel stood in for by the emulation."""
+    from snapmla_ext import ops
+    from snapmla_ext.reference import decode
+
+    def fake_kernel(q, k_cache, block_table, cache_seqlens, head_dim_v, meta, num_splits, softmax_scale, **kw):
+        out, lse = decode(q, k_cache, block_table, cache_seqlens, softmax_scale)
+        return (out.float() * (1 + bias)).to(torch.bfloat16), lse
+
+    monkeypatch.setattr(ops, "flash_mla_with_kvcache", fake_kernel)
+    layer = synthetic_layer(SyntheticConfig(seqlen=130, num_queries=2, num_heads=4), 2)
+    bias = 0.0
+    exact = kernel_agreement([paged.kernel_paged(layer, TINY.softmax_scale, "random", seed=0, device="cpu")])
+    assert exact["pass"] and exact["worst"]["rel_l2"] == 0.0
+    bias = 0.01
+    off = kernel_agreement([paged.kernel_paged(layer, TINY.softmax_scale, "random", seed=0, device="cpu")])
+    assert not off["pass"] and off["worst"]["rel_l2"] > 3e-3
+
+
 @pytest.mark.gpu
 def test_kernel_agrees_with_emulation():
     layer = synthetic_layer(SyntheticConfig(seqlen=1000, num_queries=2, num_heads=64), 7)

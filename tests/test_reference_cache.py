@@ -161,7 +161,7 @@ def test_fetch_rejects_block_table_dtype():
 
 
 def test_fetch_rejects_seqlens_count():
-    msg = r"seqlens must have one entry per block_table row: block_table has 2 rows, seqlens 1"
+    msg = r"seqlens must have one entry per block_table row: block_table has 2 rows, seqlens has 1"
     with pytest.raises(ValueError, match=msg):
         fetch_dequant(SnapMLAKVCache(1).data, block_table=torch.zeros(2, 1, dtype=torch.int32),
                       seqlens=torch.tensor([1], dtype=torch.int32))

@@ -422,6 +422,12 @@ def test_decode_rejects_split_blocks_bounds():
         decode(p.q, p.cache, p.block_table, p.cache_seqlens, split_blocks=[[0, 1], [0, 1]])
 
 
+def test_decode_names_cache_seqlens_in_errors():
+    p = make_paged_inputs(1, 1, 2, [10], seed=0)
+    with pytest.raises(ValueError, match=r"cache_seqlens must have dtype torch.int32, got torch.int64"):
+        decode(p.q, p.cache, p.block_table, p.cache_seqlens.long())
+
+
 def test_attention_fp64_rejects_q_shape():
     with pytest.raises(ValueError, match=r"q must have shape \(b, s_q, h_q, 576\), got \(1, 2, 512\)"):
         attention_fp64(torch.zeros(1, 2, 512), torch.zeros(1, 3, 576), [3])

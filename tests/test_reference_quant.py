@@ -72,10 +72,12 @@ def test_quantize_rows_matches_float64_definition():
     # + 2, so the double rounding is innocuous): these are the IEEE fp32 divisions the definition asks for.
     scale64 = (amax.clamp_min(L.AMAX_FLOOR) / 448).float()
     assert_bitwise_equal(scale, scale64, "scale")
-    # The e4m3 rounding of the quotient is checked against the value table, independently of torch's cast.
-    q32 = (x64[:, :512] / scale.double().unsqueeze(-1)).float().clamp(-448, 448)
+    inv = (448 / amax.clamp_min(L.AMAX_FLOOR)).float().double().unsqueeze(-1)
+    # A product of two fp32 values is exact in float64 (48 <= 53 bits), so rounding it to fp32 gives the
+    # correctly rounded fp32 product. The e4m3 rounding is checked against the value table, not torch's cast.
+    q32 = (x64[:, :512] * inv).float().clamp(-448, 448)
     assert_bitwise_equal(c8.double(), _round_e4m3_independent(q32), "c8")
-    r32 = (x64[:, 512:] / scale.double().unsqueeze(-1)).float()
+    r32 = (x64[:, 512:] * inv).float()
     assert_bitwise_equal(rope, r32.to(torch.bfloat16), "rope")
 
 
@@ -83,7 +85,8 @@ def test_quantize_rows_all_zero_token_uses_the_floor():
     c8, rope, scale = quantize_rows(_row(torch.zeros(512), torch.full((64,), 1e-3)))
     assert scale.item() == torch.tensor(L.AMAX_FLOOR / 448, dtype=torch.float32).item()
     assert (c8.float() == 0).all()
-    want = (torch.full((64,), 1e-3) / scale).to(torch.bfloat16)
+    inv = torch.tensor(448.0) / torch.tensor(L.AMAX_FLOOR)
+    want = (torch.full((64,), 1e-3) * inv).to(torch.bfloat16)
     assert_bitwise_equal(rope[0], want, "rope of an all-zero token")
 
 

@@ -1,6 +1,6 @@
 // The extension module: defines the `snapmla` operator library. Each entry-point file (quant_api.cpp,
 // decode_api.cpp, sched_api.cpp) adds its own schemas and CUDA implementations with TORCH_LIBRARY_FRAGMENT,
-// so this file holds registration glue only. Python fake (meta) implementations live in snapmla_ext/_fake.py.
+// so this file holds registration glue only. Python fake (meta) implementations live in snapmla_ext/_fake_quant.py and _fake_decode.py.
 #include <Python.h>
 #include <torch/library.h>
 

@@ -17,11 +17,11 @@ import torch
 
 from snapmla_ext.numerics.data import SyntheticConfig, load_dump, synthetic_layers
 from snapmla_ext.numerics.report import render, write_json
-from snapmla_ext.numerics.schemes import SCHEMES
-from snapmla_ext.numerics.study import StudyOptions, run_study
+from snapmla_ext.numerics.schemes import SCHEMES, by_name
+from snapmla_ext.numerics.study import StudyOptions, kernel_backend, run_study
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def _parser() -> argparse.ArgumentParser:
     d = SyntheticConfig()
     p = argparse.ArgumentParser(prog="python -m snapmla_ext.numerics", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path("numerics_results"), help="folder for results.json and the PNGs")
@@ -38,11 +38,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-sweeps", action="store_true")
     p.add_argument("--no-page-order", action="store_true")
     p.add_argument("--no-plots", action="store_true")
-    return p.parse_args(argv)
+    return p
 
 
 def main(argv=None) -> dict:
-    args = parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    schemes = tuple(s for s in args.schemes.split(",") if s)
+    try:  # the user's own choices fail here with a message, not a traceback
+        by_name(list(schemes))
+        kernel_backend(args.backend)
+    except (ValueError, RuntimeError) as exc:
+        parser.error(str(exc))
     if args.dump is not None:
         layers, softmax_scale = load_dump(args.dump)
         source = {"kind": "dump", "path": str(args.dump), "layers": len(layers)}
@@ -54,7 +61,7 @@ def main(argv=None) -> dict:
         source = {"kind": "synthetic", "layers": cfg.num_layers, "seqlen": cfg.seqlen, "queries": cfg.num_queries,
                   "heads": cfg.num_heads, "seed": cfg.seed}
     options = StudyOptions(
-        schemes=tuple(s for s in args.schemes.split(",") if s),
+        schemes=schemes,
         ablations=not args.no_ablations,
         sweeps=not args.no_sweeps,
         page_order=not args.no_page_order,

@@ -3,7 +3,7 @@
 A layer is one latent KV sequence kv (n, 576) and the queries that attend to all of it, q (m, h_q, 576), both
 BF16 (the "original inputs" every scheme starts from and the float64 reference is computed on).
 
-Synthetic statistics follow the SnapMLA paper's description of real MLA caches (arXiv 2602.10718, Sections 3-4):
+Synthetic statistics follow the SnapMLA paper's description of real MLA caches (arXiv 2602.10718):
 - content (512 dims) concentrated near zero, with a per-token spread (log-normal token rms) and a few outlier
   channels that reach about +-10;
 - RoPE (64 dims) heavy-tailed, with an absolute maximum that grows with depth from about 1e2 to about 1e3.
@@ -64,7 +64,7 @@ class SyntheticConfig:
     """
 
     num_layers: int = 16
-    seqlen: int = 4096
+    seqlen: int = 8192
     num_queries: int = 2
     num_heads: int = 64
     seed: int = 0
@@ -87,8 +87,8 @@ def _rotary(amplitude: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
 
 
 def _content(n: int, rms: float, spread: float, outliers: torch.Tensor, outlier_amax: float, g) -> torch.Tensor:
-    """(n, 512) float64 content: Gaussian bulk of rms `rms`, a few outlier channels with a consistent sign (as the
-    massive channels of real activations have), and a log-normal per-token magnitude applied to the whole row.
+    """(n, 512) float64 content: Gaussian bulk of rms `rms`, a few outlier channels with a consistent sign (as
+    massive activation channels in LLMs tend to have), and a log-normal per-token magnitude applied to the whole row.
     The outlier channels are scaled so that the largest value of the layer is outlier_amax."""
     c = rms * torch.randn(n, L.D_CONTENT, generator=g, dtype=torch.float64)
     if outliers.numel():
@@ -133,7 +133,8 @@ def synthetic_layer(
 
     k_c = _content(n, rms, cfg.token_spread, outliers, cfg.outlier_amax, g) * content_gain
     k_amp = _rope_pair_amplitudes(g, heavy=3)
-    # Per-token amplitude: log-normal jitter times a Pareto(4) tail, so a few tokens stick out 2-4x past the rest.
+    # Per-token amplitude: log-normal jitter times a Pareto(4) tail (u^-1/4): 1% of tokens are 3x above the
+    # bulk and the largest of 8192 about 10x.
     jitter = torch.exp(0.3 * torch.randn(n, 1, generator=g, dtype=torch.float64))
     tail = torch.rand(n, 1, generator=g, dtype=torch.float64) ** -0.25
     k_phase = 2 * math.pi * torch.rand(L.D_ROPE // 2, generator=g, dtype=torch.float64)

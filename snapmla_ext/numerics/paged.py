@@ -15,7 +15,7 @@ from snapmla_ext import layout as L
 from snapmla_ext._ext import extension_available
 from snapmla_ext.cache import SnapMLAKVCache
 from snapmla_ext.numerics.data import Layer
-from snapmla_ext.reference import append_kv, decode
+from snapmla_ext.reference import decode
 
 PAGE_ORDERS = ("sequential", "random")
 
@@ -41,12 +41,9 @@ def build_cache(layer: Layer, order: str, seed: int, device="cpu") -> tuple[Snap
         pool = pages + pages // 2 + 1
         table = torch.randperm(pool, generator=torch.Generator().manual_seed(seed))[:pages]
     cache = SnapMLAKVCache(pool, device=device)
-    slots = (table.repeat_interleave(L.PAGE_BLOCK_SIZE) * L.PAGE_BLOCK_SIZE + torch.arange(L.PAGE_BLOCK_SIZE).repeat(pages))[:n]
-    kv = layer.kv.to(device)
-    if torch.device(device).type == "cpu":
-        append_kv(cache.data, kv, slots)
-    else:
-        cache.append(kv, slots.to(device))  # the fused append kernel
+    offsets = torch.arange(L.PAGE_BLOCK_SIZE).repeat(pages)
+    slots = (table.repeat_interleave(L.PAGE_BLOCK_SIZE) * L.PAGE_BLOCK_SIZE + offsets)[:n]
+    cache.append(layer.kv.to(device), slots.to(device))  # the fused append kernel on CUDA, the reference on CPU
     block_table = table.to(torch.int32).view(1, pages).to(device)
     seqlens = torch.tensor([n], dtype=torch.int32, device=device)
     return cache, block_table, seqlens
@@ -66,23 +63,22 @@ def emulate_paged(
     return _rows(out, lse)
 
 
-def kernel_paged(layer: Layer, softmax_scale: float, order: str, seed: int) -> dict[str, torch.Tensor]:
-    """flash_mla_with_kvcache on a CUDA paged cache of the layer (built with the fused append kernel).
+def kernel_paged(layer: Layer, softmax_scale: float, order: str, seed: int, device="cuda") -> dict[str, torch.Tensor]:
+    """flash_mla_with_kvcache on a paged cache of the layer on `device` (built with the fused append kernel).
 
     Returns {"o": (R, 512) bf16, "lse": (R,) fp32} from the kernel, and {"o_emu", "lse_emu"} from reference.decode
     over a CPU copy of the same cache bytes, so the comparison isolates the decode kernel.
     """
     from snapmla_ext import ops
 
-    cache, table, seqlens = build_cache(layer, order, seed, device="cuda")
-    q = layer.q.unsqueeze(0).cuda()
+    cache, table, seqlens = build_cache(layer, order, seed, device=device)
+    q = layer.q.unsqueeze(0).to(device)
     sched_meta, num_splits = ops.get_mla_metadata()
     out, lse = ops.flash_mla_with_kvcache(
         q, cache.data, table, seqlens, L.D_CONTENT, sched_meta, num_splits,
         softmax_scale=softmax_scale, causal=False, is_fp8_kvcache=True,
     )
-    torch.cuda.synchronize()
-    o, lse = _rows(out, lse)
+    o, lse = _rows(out, lse)  # .cpu() waits for the kernel
     out_emu, lse_emu = decode(q.cpu(), cache.data.cpu(), table.cpu(), seqlens.cpu(), softmax_scale)
     o_emu, lse_emu = _rows(out_emu, lse_emu)
     return {"o": o, "lse": lse, "o_emu": o_emu, "lse_emu": lse_emu}

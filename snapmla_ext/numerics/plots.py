@@ -64,6 +64,21 @@ def _close_names(table: dict, baseline: str) -> list[str]:
     return [n for n, v in means.items() if math.isfinite(v) and v <= CLOSE_FACTOR * base]
 
 
+def _free_band(ax, margin: float = 0.02) -> tuple[float, float]:
+    """(bottom, height) in axes fractions of the widest horizontal band of a log-y axis that no plotted point
+    falls in, so the inset hides no data; the lower 40% of the axes if no band is at least 22% tall."""
+    lo, hi = (math.log10(v) for v in ax.get_ylim())
+    ys = sorted(
+        (math.log10(y) - lo) / (hi - lo)
+        for line in ax.get_lines() for y in line.get_ydata() if math.isfinite(y) and y > 0
+    )
+    edges = [0.0] + [y for y in ys if 0.0 <= y <= 1.0] + [1.0]
+    gap, bottom = max((b - a, a) for a, b in zip(edges, edges[1:]))
+    if gap - 2 * margin < 0.22:
+        return 0.06, 0.4
+    return bottom + margin, gap - 2 * margin
+
+
 def plot_with_inset(table: dict, layers: list[str], title: str, path: Path, baseline: str = "snapmla") -> None:
     """rel L2 per layer, log y, all schemes of `table`; inset with the ones close to `baseline` on a linear y."""
     names = list(table)
@@ -79,7 +94,8 @@ def plot_with_inset(table: dict, layers: list[str], title: str, path: Path, base
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     close = _close_names(table, baseline)
     if len(close) >= 2:
-        inset = ax.inset_axes([0.56, 0.06, 0.42, 0.36])
+        y0, height = _free_band(ax)
+        inset = ax.inset_axes([0.5, y0, 0.48, height])
         _per_layer(inset, table, "rel_l2", close, style, layers)
         inset.set_title(f"within {CLOSE_FACTOR}x of {baseline} (linear)", fontsize=7)
         inset.tick_params(labelsize=6)
@@ -138,9 +154,14 @@ def plot_data(results: dict, path: Path) -> None:
     data = results["data"]
     layers = [d["name"] for d in data]
     fig, ax = plt.subplots(figsize=(8, 4))
-    for key, label in [("rope_amax", "max |RoPE|"), ("rope_token_amax_median", "median per-token max |RoPE|"),
-                       ("content_amax", "max |content|"), ("content_token_amax_median", "median per-token max |content|"),
-                       ("content_median", "median |content|")]:
+    series = [
+        ("rope_amax", "max |RoPE|"),
+        ("rope_token_amax_median", "median per-token max |RoPE|"),
+        ("content_amax", "max |content|"),
+        ("content_token_amax_median", "median per-token max |content|"),
+        ("content_median", "median |content|"),
+    ]
+    for key, label in series:
         ax.plot(range(len(layers)), [d[key] for d in data], marker="o", markersize=3, label=label)
     ax.set_yscale("log")
     _layer_axis(ax, layers)

@@ -162,7 +162,10 @@ SCHEMES: tuple[Scheme, ...] = (
     Scheme("config_b", "B: per-tensor static (1.0)", q_per_row, q_static_unit),
     Scheme("config_c", "C: per-tensor dynamic", q_per_row, q_per_tensor_content),
     Scheme("config_d", "D: per-block (64 tokens)", q_per_row, q_per_page),
-    Scheme("engine_pt", "engines: per-tensor FP8, RoPE FP8", q_per_tensor_576, q_per_tensor_576, "unscaled", tensor_scales=True),
+    Scheme(
+        "engine_pt", "engines: per-tensor FP8, RoPE FP8", q_per_tensor_576, q_per_tensor_576, "unscaled",
+        tensor_scales=True,
+    ),
     Scheme("bf16", "BF16 (FlashMLA)", q_bf16, q_bf16, "none"),
 )
 

@@ -9,19 +9,24 @@ All results are plain dicts of Python numbers (report.py prints and saves them, 
     content_sweep rel_l2 against a gain on the content (per-tensor static's overflow and underflow)
     page_order   sequential vs random block table (and one split) through the paged path: differences
     kernel_check compiled kernel vs emulation per layer (only when the kernel ran)
-The emulation always runs on the CPU in fp32, so committed numbers do not depend on the machine.
+The emulation always runs on the CPU in fp32, so the numbers do not depend on whether a GPU is present (BLAS
+differences between CPUs may move the last digits).
 """
 
 from __future__ import annotations
 
+import datetime
 import math
+import subprocess
 import time
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Optional
 
 import torch
 
 from snapmla_ext import layout as L
+from snapmla_ext._ext import extension_available
 from snapmla_ext.numerics import paged
 from snapmla_ext.numerics.data import Layer, SyntheticConfig, synthetic_layer
 from snapmla_ext.numerics.metrics import error_metrics, summarize
@@ -48,7 +53,7 @@ class StudyOptions:
     page_order: bool = True
     backend: str = "auto"
     seed: int = 0
-    sweep_data: SyntheticConfig = field(default_factory=lambda: SyntheticConfig(num_heads=32))
+    sweep_data: SyntheticConfig = field(default_factory=lambda: SyntheticConfig(seqlen=4096, num_heads=32))
     sweep_layer: int = 8
 
 
@@ -136,7 +141,8 @@ def page_order_check(layer: Layer, softmax_scale: float, seed: int, use_kernel: 
     SnapMLA scheme. Reports max |difference| of o and of lse for each pair (0.0 means bit-identical)."""
 
     def diff(a, b):
-        return {"o_max_abs": (a[0].float() - b[0].float()).abs().max().item(), "lse_max_abs": (a[1] - b[1]).abs().max().item()}
+        o_diff = (a[0].float() - b[0].float()).abs().max().item()
+        return {"o_max_abs": o_diff, "lse_max_abs": (a[1] - b[1]).abs().max().item()}
 
     seq = paged.emulate_paged(layer, softmax_scale, "sequential", seed)
     rnd = paged.emulate_paged(layer, softmax_scale, "random", seed)
@@ -172,19 +178,33 @@ def kernel_agreement(kernel_out: list[dict]) -> dict:
     return {"tolerance": KERNEL_TOLERANCE, "layers": per_layer, "worst": worst, "pass": passed}
 
 
-def _use_kernel(backend: str) -> bool:
+def _git_revision() -> str:
+    """Short revision of the checkout this package runs from, or "unknown" (an installed copy has none)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=str(Path(__file__).parent),
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 else "unknown"
+
+
+def kernel_backend(backend: str) -> bool:
+    """Whether the SnapMLA row comes from the compiled kernel; raises for an unknown backend or an unusable kernel."""
     if backend not in ("auto", "emulation", "kernel"):
         raise ValueError(f"backend must be auto, emulation or kernel, got {backend!r}")
     ready = paged.kernel_ready()
     if backend == "kernel" and not ready:
-        raise RuntimeError("backend 'kernel' needs a CUDA GPU and the compiled snapmla_ext._C; neither is usable here")
+        raise RuntimeError(
+            "backend 'kernel' needs a CUDA GPU and the compiled snapmla_ext._C "
+            f"(CUDA available: {torch.cuda.is_available()}, extension importable: {extension_available()})"
+        )
     return backend == "kernel" or (backend == "auto" and ready)
 
 
 def run_study(layers: list[Layer], softmax_scale: float, source: dict, options: StudyOptions = StudyOptions()) -> dict:
     """Run everything the options ask for. source: how the layers were obtained (recorded in meta)."""
     t0 = time.perf_counter()
-    use_kernel = _use_kernel(options.backend)
+    use_kernel = kernel_backend(options.backend)
     kernel_out = (
         [paged.kernel_paged(layer, softmax_scale, "random", options.seed) for layer in layers] if use_kernel else None
     )
@@ -195,6 +215,8 @@ def run_study(layers: list[Layer], softmax_scale: float, source: dict, options: 
             "backend": "kernel (SnapMLA row) + emulation" if use_kernel else "emulation (CPU, fp32)",
             "options": asdict(options),
             "torch": torch.__version__,
+            "git_revision": _git_revision(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "device": torch.cuda.get_device_name() if use_kernel else "cpu",
         },
         "data": [dict(name=layer.name, **layer_stats(layer)) for layer in layers],

@@ -84,19 +84,22 @@ def append_kv(cache_data: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor) -
     scale_view(data)[page, offset] = scale
 
 
-def paged_slots(cache_data: torch.Tensor, block_table: torch.Tensor, seqlens: torch.Tensor) -> torch.Tensor:
+def paged_slots(
+    cache_data: torch.Tensor, block_table: torch.Tensor, seqlens: torch.Tensor, seqlens_name: str = "seqlens"
+) -> torch.Tensor:
     """Slots of every cached token, request 0's tokens first: (sum(seqlens),) int64.
 
     block_table: (b, max_pages) int32; only the first ceil(seqlens[i] / 64) entries of row i are read (the rest
-                 may hold sentinels). seqlens: (b,) int32, each in [0, max_pages * 64].
+                 may hold sentinels). seqlens: (b,) int32, each in [0, max_pages * 64]; errors call it seqlens_name.
     """
     data = as_cache_tensor(cache_data, "cache_data")
     _check_index_tensor(block_table, "block_table", 2, (torch.int32,), data.device)
-    _check_index_tensor(seqlens, "seqlens", 1, (torch.int32,), data.device)
+    _check_index_tensor(seqlens, seqlens_name, 1, (torch.int32,), data.device)
     b, max_pages = block_table.shape
     if seqlens.shape[0] != b:
         raise ValueError(
-            f"seqlens must have one entry per block_table row: block_table has {b} rows, seqlens {seqlens.shape[0]}"
+            f"{seqlens_name} must have one entry per block_table row: block_table has {b} rows, "
+            f"{seqlens_name} has {seqlens.shape[0]}"
         )
     lengths = seqlens.long()
     capacity = max_pages * L.PAGE_BLOCK_SIZE
@@ -104,7 +107,7 @@ def paged_slots(cache_data: torch.Tensor, block_table: torch.Tensor, seqlens: to
     if bad.numel():
         i = int(bad[0, 0])
         raise ValueError(
-            f"seqlens[{i}] = {int(lengths[i])} is outside [0, {capacity}] (block_table holds {max_pages} pages "
+            f"{seqlens_name}[{i}] = {int(lengths[i])} is outside [0, {capacity}] (block_table holds {max_pages} pages "
             f"x {L.PAGE_BLOCK_SIZE} tokens per request)"
         )
     req = torch.repeat_interleave(torch.arange(b, device=data.device), lengths)

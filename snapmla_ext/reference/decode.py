@@ -85,7 +85,7 @@ def decode(
     if softmax_scale is None:
         softmax_scale = L.D_QK**-0.5
 
-    slots = paged_slots(data, block_table, cache_seqlens)
+    slots = paged_slots(data, block_table, cache_seqlens, "cache_seqlens")
     c8, rope, scale = read_slots(data, slots)
     lengths = cache_seqlens.tolist()
     n_max = max(math.ceil(n / L.PAGE_BLOCK_SIZE) for n in lengths) * L.PAGE_BLOCK_SIZE if b else 0

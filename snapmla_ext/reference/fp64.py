@@ -75,7 +75,7 @@ def attention_fp64_dequant(
         s = q.scale.double().unsqueeze(-1)
         q = torch.cat([q.content.double() * s, q.rope.double() * s], dim=-1)
     b = q.shape[0]
-    slots = paged_slots(data, block_table, cache_seqlens)
+    slots = paged_slots(data, block_table, cache_seqlens, "cache_seqlens")
     c8, rope, scale = read_slots(data, slots)
     s = scale.double().unsqueeze(-1)
     rows = torch.cat([c8.double() * s, rope.double() * s], dim=-1)

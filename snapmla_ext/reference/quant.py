@@ -6,18 +6,22 @@ The CUDA kernels (Fused-K-Append, Fused-Q-Quant) must match these bit for bit, s
     amax   = torch.amax(|x[..., :512]|)                      NaN anywhere in the content -> amax NaN
     scale  = clamp_min(amax, AMAX_FLOOR) / 448               fp32, IEEE round-to-nearest division (not a multiply
                                                              by 1/448, which differs in the last bit); NaN stays NaN
-    c8     = e4m3(clamp(x[..., :512] / scale, -448, 448))    IEEE division, then clamp, then RNE to e4m3fn
-    rope   = bf16(x[..., 512:] / scale)                      IEEE division, then RNE to bf16 (no clamp)
+    inv    = 448 / clamp_min(amax, AMAX_FLOOR)               fp32, IEEE division, once per row
+    c8     = e4m3(clamp(x[..., :512] * inv, -448, 448))      fp32 multiply, then clamp, then RNE to e4m3fn
+    rope   = bf16(x[..., 512:] * inv)                        fp32 multiply, then RNE to bf16 (no clamp)
+
+x * inv is within one fp32 ulp of x / scale (SPEC's c / s); the kernels multiply because 576 correctly rounded
+divisions per row made them instruction-bound, and this definition keeps them bit-identical to this reference.
 
 Non-finite inputs follow from these formulas and nothing else (the kernels must not special-case them):
 - NaN anywhere in the 512 content values: scale = NaN, so every c8 and every RoPE value of the token is NaN.
-- +-inf in the content (and no NaN): scale = +inf; finite content values become +-0 (x / inf), the infinite ones
-  become NaN (inf / inf), and RoPE values become +-0 when finite, NaN when infinite.
+- +-inf in the content (and no NaN): scale = +inf and inv = 0; finite content values become +-0 (x * 0), the
+  infinite ones become NaN (inf * 0), and RoPE values become +-0 when finite, NaN when infinite.
 - +-inf or NaN only in the RoPE part: the scale is finite; that RoPE value stays +-inf or NaN (bf16 has both), the
   rest of the token is unaffected.
 The clamp matters for the cast: which out-of-range values torch's float8 cast saturates and which it turns into
 NaN differs across versions and devices, so no value outside [-448, 448] ever reaches it. With a finite scale,
-|x / scale| <= 448 up to one rounding, so the clamp only removes that rounding (448 * (1 + 2^-23) -> 448).
+|x * inv| <= 448 up to one rounding, so the clamp only removes that rounding (448 * (1 + 2^-23) -> 448).
 """
 
 from __future__ import annotations
@@ -63,10 +67,12 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     xf = x.float()
     content, rope = xf[..., : L.D_CONTENT], xf[..., L.D_CONTENT :]
     amax = torch.amax(content.abs(), dim=-1)  # propagates NaN, unlike a max-reduction with fmaxf
-    scale = div_ieee(torch.clamp_min(amax, L.AMAX_FLOOR), L.FP8_E4M3_MAX)
-    s = scale.unsqueeze(-1)
-    c8 = e4m3(content / s)
-    rope_scaled = (rope / s).to(torch.bfloat16)
+    floored = torch.clamp_min(amax, L.AMAX_FLOOR)
+    scale = div_ieee(floored, L.FP8_E4M3_MAX)
+    # 448 as a tensor on the same device: a tensor-by-tensor division is IEEE on CPU and CUDA alike.
+    inv = (torch.full_like(floored, L.FP8_E4M3_MAX) / floored).unsqueeze(-1)
+    c8 = e4m3(content * inv)
+    rope_scaled = (rope * inv).to(torch.bfloat16)
     return c8, rope_scaled, scale
 
 

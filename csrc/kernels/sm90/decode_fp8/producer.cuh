@@ -42,11 +42,17 @@ struct TmaLoader {
   int blk, blk_end;
   int pieces;       // query tiles issued
   int blocks;       // KV blocks issued
+  int page;         // page id of (req, blk), loaded one issue ahead so its latency is off the issue path
 
   __device__ void init(const SchedRow& row) {
     req = row.begin_req - 1;
     blk = blk_end = 0;
     pieces = blocks = 0;
+    page = 0;
+  }
+
+  __device__ void load_page(const DecodeParams& p) {
+    if (blk < blk_end) page = p.block_table[static_cast<int64_t>(req) * p.block_table_batch_stride + blk];
   }
 
   __device__ static bool ready(uint64_t* bar, uint32_t parity, bool may_block) {
@@ -71,6 +77,7 @@ struct TmaLoader {
         const Piece pc = make_piece(p, row, req);
         blk = pc.blk_begin;
         blk_end = pc.blk_end;
+        load_page(p);
         mbarrier_arrive_expect_tx(&ss.q_full, Q_TX_BYTES);
 #pragma unroll
         for (int t = 0; t < CONTENT_TILES; ++t)
@@ -81,7 +88,6 @@ struct TmaLoader {
       }
       const int stage = blocks % KV_STAGES;
       if (blocks >= KV_STAGES && !ready(&ss.kv_empty[stage], ((blocks / KV_STAGES) - 1) & 1, may_block)) return;
-      const int page = p.block_table[static_cast<int64_t>(req) * p.block_table_batch_stride + blk];
       uint64_t* bar = &ss.kv_full[stage];
       mbarrier_arrive_expect_tx(bar, KV_STAGE_TX_BYTES);
 #pragma unroll
@@ -91,6 +97,7 @@ struct TmaLoader {
       tma_load_2d(ss.kv_scale[stage], &kp.tm_kv_scale, bar, 0, page);
       ++blk;
       ++blocks;
+      load_page(p);
     }
   }
 };
@@ -171,14 +178,19 @@ __device__ void run_producer(const KernelParams& kp, SharedStorage& ss, const Sc
 
   TmaLoader loader;
   if (tma_thread) loader.init(row);
-  // The issuing thread waits by polling, feeding the loader (prefetch up to KV_STAGES blocks ahead) meanwhile.
+  // Warp 0 waits by polling, its lane 0 feeding the loader (prefetch up to KV_STAGES blocks ahead) between
+  // tests. The whole warp polls in step: a lane parked in mbarrier.try_wait could hold the warp while lane 0
+  // still has to issue the very load it waits for.
   auto wait = [&](uint64_t* bar, uint32_t parity, int block_idx) {
-    if (!tma_thread) {
+    if (warp != 0) {
       mbarrier_wait(bar, parity);
       return;
     }
-    loader.run(kp, ss, row, m_tile, block_idx + 1, block_idx + KV_STAGES);
-    while (!mbarrier_test(bar, parity)) loader.run(kp, ss, row, m_tile, block_idx + 1, block_idx + KV_STAGES);
+    for (;;) {
+      if (tma_thread) loader.run(kp, ss, row, m_tile, block_idx + 1, block_idx + KV_STAGES);
+      __syncwarp();
+      if (__shfl_sync(0xffffffffu, static_cast<int>(mbarrier_test(bar, parity)), 0)) break;
+    }
   };
 
   int block_idx = 0;
@@ -196,6 +208,7 @@ __device__ void run_producer(const KernelParams& kp, SharedStorage& ss, const Sc
       mbarrier_arrive(&ss.kv_empty[stage]);
       // The stage just transposed is refilled with block block_idx + KV_STAGES once QK released it too.
       if (tma_thread) loader.run(kp, ss, row, m_tile, block_idx + 1, block_idx + 1 + KV_STAGES);
+      __syncwarp();
     }
   }
   if (tma_thread) loader.run(kp, ss, row, m_tile, INT_MAX, INT_MAX);
