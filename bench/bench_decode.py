@@ -220,6 +220,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", default=os.environ.get("SNAPMLA_BENCH_QUICK") == "1",
                     help="four representative shapes only (also SNAPMLA_BENCH_QUICK=1, for scripts/gpu_check.sh)")
     ap.add_argument("--plot", default=None, metavar="JSON", help="only draw the PNG of an earlier run's JSON")
+    ap.add_argument("--cases", default=None, metavar="SUBSTR",
+                    help="only the cases whose name contains SUBSTR (e.g. b64_sq1_h16_sk32768, for ncu)")
     args = ap.parse_args()
     if args.plot:
         print(plot_speedup(args.plot))
@@ -233,6 +235,8 @@ def main() -> None:
           f"{'FlashMLA measured in this run' if fm else 'ANCHORS.md times (flash_mla not importable)'}")
     print(f"{'case':<34} {'us':>10} {'TFLOPS':>9} {'KV GB/s':>9} {'roof':>8}  speedup")
     cases = QUICK_CASES if args.quick else ANCHOR_CASES + SMALL_BATCH_CASES
+    if args.cases:
+        cases = [c for c in ANCHOR_CASES + SMALL_BATCH_CASES if args.cases in c.name]
     results = []
     for c in cases:
         results.append(run_case(c, fm, ceiling, H))

@@ -174,6 +174,7 @@ ABLATIONS: tuple[Scheme, ...] = (
     _SNAP,
     replace(_SNAP, name="p_none", label="P not quantized (fp32)", p_quant="none"),
     replace(_SNAP, name="p_unscaled", label="P cast to FP8 without scale", p_quant="unscaled"),
+    replace(_SNAP, name="p_running", label="P scale floored at the running one", p_quant="running"),
     replace(_SNAP, name="q_bf16", label="BF16 Q (FP8 cache)", q_quant=q_bf16),
     replace(_SNAP, name="p_block_32", label="P block 32", p_block=32),
     replace(_SNAP, name="p_block_128", label="P block 128", p_block=128),

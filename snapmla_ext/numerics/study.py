@@ -4,7 +4,7 @@ All results are plain dicts of Python numbers (report.py prints and saves them, 
     meta         what ran: data source, sizes, softmax_scale, backend, versions, runtime
     data         per-layer statistics of the inputs (dynamic ranges the schemes must cope with)
     schemes      {name: {label, layers: [metrics per layer], summary}} for the main comparison
-    ablations    the same for SnapMLA's variants (P quantization, BF16 Q, P block size)
+    ablations    the same for SnapMLA's variants (P quantization and its scale, BF16 Q, P block size)
     rope_sweep   rel_l2 against the RoPE amplitude (one synthetic layer, content fixed)
     content_sweep rel_l2 against a gain on the content (per-tensor static's overflow and underflow)
     page_order   sequential vs random block table (and one split) through the paged path: differences

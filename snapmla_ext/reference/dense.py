@@ -17,22 +17,23 @@ state (m, sigma, O~, L~). With n the block and j a token of the block:
 
 The state starts at m = -inf, sigma = P_FLOOR / 448, O~ = 0, L~ = 0. A block in which all of a row's p'_j are 0
 (no visible token, e.g. the causal tail or the padding past a shorter request, or every p' underflowed) leaves that
-row's m, sigma, O~ and L~ unchanged, as the kernel does (csrc/kernels/sm90/decode_fp8/softmax.cuh): taking
-sigma_n = P_FLOOR / 448 there would scale the state by sigma_{n-1} / sigma_n ~ 1e35 and overflow it. A row that
+row's m, sigma, O~ and L~ unchanged, as the kernel does (csrc/kernels/sm90/decode_fp8/softmax.cuh). A row that
 sees no token returns o = 0 and lse = +inf.
+
+P_FLOOR = 2^-60 (kv_layout.h) bounds the forward ratio sigma_{n-1} / sigma_n after a block of tiny p' (every logit
+~75 or more below the running max) by p'_max / 2^-60 ~ 1e20 for content amax <= 2^16, so O~ and L~ cannot
+overflow; with FLT_MIN as the floor that ratio reached ~1e35 and o became NaN.
 
 Masking is by select only: masked logits become -inf, masked p' become 0, and V rows that no query row sees are
 zeroed before the PV product, so NaN or garbage in unused cache slots never reaches a result (a token that some
 row sees is data, and must be finite for every row's sake, as in the kernel).
 
-Remaining hazard of this definition (kept as the default: the reference emulates the kernel): a block whose
-largest p' is positive but tiny (every logit of the block ~75 or more below the running max) still gets a tiny
-sigma_n, f_n = sigma_{n-1} / sigma_n reaches ~1e35, O~ and L~ overflow and o = NaN. p_quant="running" repairs it:
+p_quant="running" is an alternative studied in snapmla_ext.numerics, not what the kernel does:
 
     sigma_n = max(max_j p'_j / 448, alpha_n * sigma_{n-1})     (sigma_{-1} = P_FLOOR / 448)
 
-so f_n <= 1 and the state can never overflow; a block is quantized against the running maximum of p' instead of
-its own when that is larger (measured cost on FlashMLA-like data: rel L2 2.81e-2 -> 2.83e-2 against float64).
+so f_n <= 1 whatever the floor; a block is quantized against the running maximum of p' instead of its own when
+that is larger (measured cost on FlashMLA-like data: rel L2 2.81e-2 -> 2.83e-2 against float64).
 """
 
 from __future__ import annotations

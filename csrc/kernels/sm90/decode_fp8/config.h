@@ -29,19 +29,23 @@ inline constexpr int QK_CONTENT_STEPS = D_CONTENT / K_STEP_BYTES;            // 
 inline constexpr int QK_ROPE_STEPS = D_ROPE * 2 / K_STEP_BYTES;              // 4 BF16 WGMMAs (1 k-group of 64)
 inline constexpr int STEPS_PER_SWIZZLE_ROW = SWIZZLE_ROW_BYTES / K_STEP_BYTES;  // 4
 inline constexpr int PV_STEPS = BLOCK_N / K_STEP_BYTES;                       // 2 (tokens are the PV k dim)
+// PV runs in chunks of 32 output columns (QGMMA m64n32k32), each folded into O~ in fp32 (mainloop.cuh says why).
+inline constexpr int PV_CHUNK_N = 32;
 
 // ---- warpgroups ----
 inline constexpr int WG_THREADS = 128;
 inline constexpr int NUM_MATH_WG = 2;                     // WG0, WG1: one 256-column half of O each
 inline constexpr int PRODUCER_WG = NUM_MATH_WG;           // WG2: TMA issue + V transpose
 inline constexpr int NUM_THREADS = (NUM_MATH_WG + 1) * WG_THREADS;  // 384
-inline constexpr int D_V_PER_WG = D_V / NUM_MATH_WG;      // 256 = the N of the PV WGMMA
+inline constexpr int D_V_PER_WG = D_V / NUM_MATH_WG;      // 256 output columns per math warpgroup
 inline constexpr int TRANSPOSE_WARPS = WG_THREADS / 32;   // 4: warp w transposes content tile w
+inline constexpr int PV_CHUNKS = D_V_PER_WG / PV_CHUNK_N;  // 8
 
-// Register split (setmaxnreg): O~ (128 fp32) + S (32) + P (8) + softmax state and addresses per math thread;
-// the producer holds 16 loaded words and 16 transposed ones plus addresses. The pool is what the launch gave
-// (__launch_bounds__(384, 1): 168 per thread), so 2 x MATH_REGS + PRODUCER_REGS <= 3 x 168, else the
-// setmaxnreg.inc of the math warpgroups would wait forever.
+// Register split (setmaxnreg): O~ (128 fp32) + S (32, dead during PV) or two PV chunk accumulators (2 x 16) +
+// P (8) + softmax state and addresses per math thread; the producer holds 16 loaded words and 16 transposed
+// ones plus addresses and the TMA cursor. 216 / 72 is the split with no spill on either side. The pool is what
+// the launch gave (__launch_bounds__(384, 1): 168 per thread), so 2 x MATH_REGS + PRODUCER_REGS <= 3 x 168,
+// else the setmaxnreg.inc of the math warpgroups would wait forever.
 inline constexpr int LAUNCH_REGS = 168;
 inline constexpr int MATH_REGS = 216;
 inline constexpr int PRODUCER_REGS = 72;
@@ -59,7 +63,7 @@ static_assert(KV_STAGE_TX_BYTES == kvl::PAGE_BYTES, "a stage is exactly one page
 
 // ---- shapes the code relies on ----
 static_assert(BLOCK_M == 64 && BLOCK_N == 64, "the WGMMA M is 64 and the fragment maths assumes 64-token blocks");
-static_assert(D_V_PER_WG == 256, "the PV WGMMA is m64n256k32");
+static_assert(D_V_PER_WG % PV_CHUNK_N == 0 && PV_CHUNK_N % 8 == 0, "PV chunks tile the warpgroup's columns");
 static_assert(CONTENT_TILES == TRANSPOSE_WARPS, "one transposer warp per 128-dim content tile");
 static_assert(D_ROPE * 2 == SWIZZLE_ROW_BYTES, "the RoPE row is one 128-B swizzle row");
 

@@ -9,6 +9,7 @@
 
 #include <cuda_bf16.h>
 
+#include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
 #include "kernels/sm90/decode_fp8/softmax.cuh"
 
@@ -16,6 +17,8 @@ namespace snapmla::sm90::decode_fp8 {
 
 __device__ __forceinline__ void store_piece(const DecodeParams& p, const Piece& pc, int m_tile, int wg, int warp,
                                             int lane, const float (&o)[128], const RowState (&st)[2]) {
+  // Row indices are rebuilt here rather than kept live across the block loop (register pressure).
+  lane = opaque(lane);
   const int t = lane % 4;
   const int split_begin = p.num_splits[pc.req];
   const bool single = p.num_splits[pc.req + 1] - split_begin == 1;

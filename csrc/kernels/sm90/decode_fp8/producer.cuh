@@ -206,7 +206,7 @@ __device__ void run_producer(const KernelParams& kp, SharedStorage& ss, const Sc
       fence_proxy_async_smem();
       mbarrier_arrive(&ss.vt_full[vbuf]);
       mbarrier_arrive(&ss.kv_empty[stage]);
-      // The stage just transposed is refilled with block block_idx + KV_STAGES once QK released it too.
+      // The stage just transposed is refilled with block block_idx + KV_STAGES once the math warpgroups released it too.
       if (tma_thread) loader.run(kp, ss, row, m_tile, block_idx + 1, block_idx + 1 + KV_STAGES);
       __syncwarp();
     }

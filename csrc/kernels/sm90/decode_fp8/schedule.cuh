@@ -9,14 +9,19 @@
 
 namespace snapmla::sm90::decode_fp8 {
 
+// The request range of the CTA's schedule row; the block and split bounds stay in global memory (read once per
+// piece through L1) so that no role keeps five registers for them.
 struct SchedRow {
-  int begin_req, begin_block, end_req, end_block, begin_split;
+  int begin_req, end_req;
 };
 
-__device__ __forceinline__ SchedRow load_sched_row(const DecodeParams& p, int part) {
-  const int* meta = p.tile_scheduler_metadata + part * sched::SCHED_META_INTS;  // (num_sm_parts, 8)
-  return SchedRow{meta[sched::BEGIN_REQ], meta[sched::BEGIN_BLOCK], meta[sched::END_REQ], meta[sched::END_BLOCK],
-                  meta[sched::BEGIN_SPLIT]};
+__device__ __forceinline__ const int* sched_meta_row(const DecodeParams& p) {
+  return p.tile_scheduler_metadata + blockIdx.y * sched::SCHED_META_INTS;  // (num_sm_parts, 8)
+}
+
+__device__ __forceinline__ SchedRow load_sched_row(const DecodeParams& p) {
+  const int* meta = sched_meta_row(p);
+  return SchedRow{meta[sched::BEGIN_REQ], meta[sched::END_REQ]};
 }
 
 // One request's piece in this CTA: blocks [blk_begin, blk_end) of request `req`.
@@ -28,13 +33,15 @@ struct Piece {
 };
 
 __device__ __forceinline__ Piece make_piece(const DecodeParams& p, const SchedRow& row, int req) {
+  const int* meta = sched_meta_row(p);
   const int capacity = p.max_pages_per_req * BLOCK_N;
   const int seqlen = min(max(p.cache_seqlens[req], 0), capacity);
   const int n_blocks = (seqlen + BLOCK_N - 1) / BLOCK_N;
-  int blk_end = req == row.end_req ? row.end_block : n_blocks;
+  int blk_end = req == row.end_req ? meta[sched::END_BLOCK] : n_blocks;
   blk_end = min(blk_end, n_blocks);
-  const int blk_begin = min(req == row.begin_req ? row.begin_block : 0, blk_end);
-  return Piece{req, blk_begin, blk_end, req == row.begin_req ? row.begin_split : 0, seqlen};
+  const bool first = req == row.begin_req;
+  const int blk_begin = min(first ? meta[sched::BEGIN_BLOCK] : 0, blk_end);
+  return Piece{req, blk_begin, blk_end, first ? meta[sched::BEGIN_SPLIT] : 0, seqlen};
 }
 
 }  // namespace snapmla::sm90::decode_fp8

@@ -46,7 +46,7 @@ struct alignas(1024) SharedStorage {
   uint8_t vt[VT_STAGES][D_V * BLOCK_N];
   float kv_scale[KV_STAGES][BLOCK_N];
   uint64_t kv_full[KV_STAGES];   // TMA: KV_STAGE_TX_BYTES, one arrival (the issuing thread)
-  uint64_t kv_empty[KV_STAGES];  // MATH_THREADS + WG_THREADS arrivals (QK read it, transpose read it)
+  uint64_t kv_empty[KV_STAGES];  // MATH_THREADS + WG_THREADS arrivals (QK + softmax read it, transpose read it)
   uint64_t vt_full[VT_STAGES];   // WG_THREADS arrivals (transposer threads, after fence.proxy.async)
   uint64_t vt_empty[VT_STAGES];  // MATH_THREADS arrivals (PV retired)
   uint64_t q_full;               // TMA: Q_TX_BYTES, one arrival

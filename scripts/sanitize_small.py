@@ -1,0 +1,46 @@
+"""A few small decode calls (and the fused quant kernels) for compute-sanitizer memcheck / racecheck.
+
+    compute-sanitizer --tool memcheck  python3 scripts/sanitize_small.py
+    compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py
+
+Shapes are small on purpose (sanitizers slow kernels down ~100x): varlen with a zero length, causal MTP, forced
+split and no split, NaN-poisoned unused pages and sentinel block ids (tests/utils/data.py). Prints the max error
+against the reference so a wrong result under the sanitizer shows too.
+"""
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+
+from utils.data import make_paged_inputs  # noqa: E402
+
+from snapmla_ext import ops, reference  # noqa: E402
+
+CASES = [  # (b, s_q, h_q, seqlens, causal, num_sm_parts)
+    (3, 1, 16, [130, 0, 64], False, None),
+    (2, 2, 64, [65, 200], True, 8),
+    (1, 1, 128, [257], False, 3),
+]
+
+
+def main():
+    for i, (b, s_q, h_q, seqlens, causal, parts) in enumerate(CASES):
+        inp = make_paged_inputs(b, s_q, h_q, seqlens, seed=900 + i, device="cuda", append=ops.append_kv)
+        kw = {} if parts is None else {"num_sm_parts": parts}
+        meta, splits = ops.get_mla_metadata(inp.cache_seqlens, s_q * h_q, 1, **kw)
+        out, lse = ops.flash_mla_with_kvcache(inp.q, inp.cache, inp.block_table, inp.cache_seqlens, 512, meta,
+                                              splits, causal=causal)
+        rows = ops.fetch_dequant(inp.cache, block_table=inp.block_table, seqlens=inp.cache_seqlens,
+                                 num_tokens=sum(seqlens))
+        torch.cuda.synchronize()
+        ref_out, ref_lse = reference.decode(inp.q, inp.cache, inp.block_table, inp.cache_seqlens, causal=causal)
+        err = (out.float() - ref_out.float()).norm() / ref_out.float().norm().clamp_min(1e-30)
+        print(f"case {i}: b={b} s_q={s_q} h_q={h_q} seqlens={seqlens} causal={causal} parts={parts}: "
+              f"rel L2 vs reference {err.item():.2e}, fetched {tuple(rows.shape)}")
+
+
+if __name__ == "__main__":
+    main()
