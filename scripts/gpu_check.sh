@@ -40,13 +40,6 @@ if [ "${SNAPMLA_SKIP_TESTS:-0}" != "1" ]; then
     echo "CPU suite: $(tail -1 "$OUT/cpu_tests.log")"
   fi
 fi
-if [ "${SNAPMLA_SANITIZE:-0}" = "1" ]; then
-  for tool in memcheck racecheck; do
-    timeout 200 compute-sanitizer --tool $tool --error-exitcode 3 python3 scripts/sanitize_small.py \
-      > "$OUT/sanitize_$tool.log" 2>&1
-    echo "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
-  done
-fi
 for h in ${SNAPMLA_NCU:-}; do
   timeout 200 ncu --clock-control none --kernel-name regex:snapmla_decode_fp8 --launch-skip 3 --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
@@ -57,4 +50,11 @@ for b in ${SNAPMLA_BENCH:-}; do
   timeout 420 python3 "bench/$b.py" --out "$OUT" ${SNAPMLA_BENCH_ARGS:-} > "$OUT/$b.log" 2>&1
   tail -45 "$OUT/$b.log"
 done
+if [ "${SNAPMLA_SANITIZE:-0}" = "1" ]; then
+  for tool in memcheck racecheck; do
+    timeout ${SNAPMLA_SANITIZE_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 3 python3 scripts/sanitize_small.py \
+      > "$OUT/sanitize_$tool.log" 2>&1
+    echo "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_$tool.log" | tail -1)"
+  done
+fi
 exit $rc
