@@ -7,6 +7,8 @@ Environment:
   SNAPMLA_PTXAS_VERBOSE=1 add `ptxas -v` (registers, shared memory, spills) to the build log
   SNAPMLA_SKIP_EXT=1      install the pure-Python package only (reference path)
   NVCC_THREADS            nvcc --threads (default 4); MAX_JOBS is torch's ninja parallelism
+  SNAPMLA_EXTRA_LDFLAGS   extra linker flags (space separated), e.g. "-static-libgcc" for toolchains whose
+                          unwinder differs from the one torch runs with
 """
 
 import glob
@@ -119,6 +121,7 @@ def extensions():
         # library boundary when a check fails, so host code must see the same c10 headers torch was built with.
         # Kernel files (nvcc) include no torch header and use C++20.
         extra_compile_args={"cxx": ["-O3", "-DNDEBUG"], "nvcc": nvcc_flags},
+        extra_link_args=os.environ.get("SNAPMLA_EXTRA_LDFLAGS", "").split(),
     )
     return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
 

@@ -115,7 +115,10 @@ def test_page_order_and_paged_path_match_dense():
     rnd = paged.emulate_paged(layer, TINY.softmax_scale, "random", seed=1)
     dense = emulate(by_name(["snapmla"])[0], layer, TINY.softmax_scale)
     assert torch.equal(seq[0], rnd[0]) and torch.equal(seq[1], rnd[1])
-    assert torch.equal(seq[0], dense[0]) and torch.equal(seq[1], dense[1])
+    # Same arithmetic through another batching: the matmul's summation order may differ with the CPU's vector
+    # width (bit-equal here, 1 ulp of lse apart on the H200 machine's CPU), so allow float32 rounding.
+    torch.testing.assert_close(seq[0].float(), dense[0].float(), rtol=0, atol=1e-6)
+    torch.testing.assert_close(seq[1], dense[1], rtol=1e-6, atol=1e-6)
 
 
 def test_cli_tiny_run(tmp_path, capsys):
