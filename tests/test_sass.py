@@ -1,0 +1,77 @@
+"""The compiled decode kernel must show the design in SASS (issue 3): FP8 WGMMA (QGMMA) for QK content and PV,
+BF16 WGMMA (HGMMA) for the RoPE k-group, TMA loads (UTMALDG), setmaxnreg, and no local-memory traffic.
+
+Reads the built extension with cuobjdump (pip: nvidia-cuda-cuobjdump + nvidia-cuda-nvdisasm, installed by
+requirements.txt), so CI checks the SASS of every build without a GPU. Skips when either is missing.
+"""
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import snapmla_ext
+
+PKG_DIR = os.path.dirname(snapmla_ext.__file__)
+
+
+def _tool(name):
+    found = shutil.which(name)
+    if found:
+        return found
+    try:
+        import nvidia
+
+        for base in nvidia.__path__:
+            for sub in ("cu13", "cu12", "cuda_cuobjdump", "cuda_nvdisasm"):
+                path = os.path.join(base, sub, "bin", name)
+                if os.path.exists(path):
+                    return path
+    except ImportError:
+        pass
+    return None
+
+
+@pytest.fixture(scope="module")
+def sass_by_function():
+    built = glob.glob(os.path.join(PKG_DIR, "_C*.so")) or [p for p in [os.environ.get("SNAPMLA_EXT_PATH")] if p]
+    cuobjdump, nvdisasm = _tool("cuobjdump"), _tool("nvdisasm")
+    if not built:
+        pytest.skip("the compiled extension (snapmla_ext/_C*.so) is not built")
+    if not cuobjdump or not nvdisasm:
+        pytest.skip("cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+    env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
+    text = subprocess.run([cuobjdump, "-sass", built[0]], capture_output=True, text=True, env=env, check=True).stdout
+    functions = {}
+    for chunk in re.split(r"\n\s*Function : ", text)[1:]:
+        name, _, body = chunk.partition("\n")
+        functions[name.strip()] = body
+    assert functions, "cuobjdump printed no SASS functions"
+    return functions
+
+
+def _decode_kernel(functions):
+    names = [n for n in functions if "snapmla_decode_fp8_kernel" in n]
+    assert len(names) == 1, f"expected one decode kernel instantiation, found {names}"
+    return functions[names[0]]
+
+
+def test_decode_kernel_uses_fp8_and_bf16_wgmma_and_tma(sass_by_function):
+    sass = _decode_kernel(sass_by_function)
+    qgmma = re.findall(r"QGMMA\.64x(\d+)x32\.F32\.E4M3\.E4M3", sass)
+    hgmma = re.findall(r"HGMMA\.64x64x16\.F32\.BF16", sass)
+    # QK: 512 content dims = 16 k32 steps of n64; PV: n-chunks of k32 steps over the 64 tokens of a block.
+    assert qgmma.count("64") >= 16, f"QK content QGMMA 64x64x32 missing: {qgmma}"
+    assert len(qgmma) > qgmma.count("64") or len(qgmma) >= 32, f"PV QGMMA missing: {qgmma}"
+    assert len(hgmma) >= 4, "RoPE k-group (64 dims = 4 BF16 k16 steps) must be HGMMA"
+    assert "UTMALDG" in sass, "KV tiles must arrive by TMA"
+    assert "USETMAXREG" in sass, "producer/math register split (setmaxnreg) missing"
+
+
+def test_no_local_memory_in_any_kernel(sass_by_function):
+    for name, sass in sass_by_function.items():
+        spills = re.findall(r"\b(LDL|STL)\b", sass)
+        assert not spills, f"{name}: local-memory traffic ({len(spills)} LDL/STL): register spills"
