@@ -1,4 +1,4 @@
-"""Build of snapmla_ext: the single source of truth for sources and flags (CMakeLists.txt reads SOURCE_GROUPS).
+"""Build of snapmla_ext: the single source of truth for the extension's sources and flags.
 
 Environment:
   SNAPMLA_CUTLASS_DIR     a local CUTLASS checkout (its include/ is used) instead of the nvidia-cutlass package
@@ -19,7 +19,7 @@ from setuptools import find_packages, setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
-# One group per kernel family; csrc/api/module.cpp (pybind module + library definition) is always built.
+# One group per kernel family; csrc/api/module.cpp (Python module stub + library definition) is always built.
 # Each group's api file registers its own operators with TORCH_LIBRARY_FRAGMENT, so a subset still links.
 SOURCE_GROUPS = {
     "quant": ["csrc/api/quant_api.cpp", "csrc/kernels/quant/*.cu"],
@@ -119,7 +119,7 @@ def extensions():
         include_dirs=include_dirs,
         # Host files take torch's own C++ standard (c++17 in older torch, c++20 in 2.14): c10::Error crosses the
         # library boundary when a check fails, so host code must see the same c10 headers torch was built with.
-        # Kernel files (nvcc) include no torch header and use C++20.
+        # nvcc files use C++20; the few that raise (launchers) include only c10/util/Exception.h.
         extra_compile_args={"cxx": ["-O3", "-DNDEBUG"], "nvcc": nvcc_flags},
         extra_link_args=os.environ.get("SNAPMLA_EXTRA_LDFLAGS", "").split(),
     )

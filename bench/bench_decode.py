@@ -1,4 +1,4 @@
-"""Benchmark of the FP8 SnapMLA decode call against FlashMLA's BF16 dense decode (shapes of ANCHORS.md).
+"""Benchmark of the FP8 SnapMLA decode call against FlashMLA's BF16 dense decode (shapes of docs/anchors.md).
 
 Question: how much faster than FlashMLA BF16 is the whole decode call (Fused-Q-Quant + decode + combine, with
 the scheduler metadata computed once per step, as an engine shares it across layers), and how close to the
@@ -6,8 +6,8 @@ roofline does it run? One line per case:
   us | equivalent TFLOPS = 2 b s_q h_q (576 + 512) mean(seqlen) / t (FlashMLA's formula) | KV GB/s at 644 B per
   token | % of roofline | speedup over FlashMLA BF16
 Roofline time = max(KV bytes / copy ceiling measured in this run, FP8 FLOPs / 1258 TFLOP/s + BF16 RoPE FLOPs /
-679 TFLOP/s) (the measured matmul ceilings of ANCHORS.md). The baseline is FlashMLA run in the same process
-when `flash_mla` is importable ("measured"), else the time from ANCHORS.md ("anchor"; none for some shapes).
+679 TFLOP/s) (the measured matmul ceilings of docs/anchors.md). The baseline is FlashMLA run in the same process
+when `flash_mla` is importable ("measured"), else the time from docs/anchors.md ("anchor"; none for some shapes).
 Timing: bench/harness.py, L2 flushed before every call (the data is >> L2 anyway), median.
 
     python3 bench/bench_decode.py [--quick] [--out DIR]      (GPU; SNAPMLA_BENCH_QUICK=1 means --quick)
@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from snapmla_ext import layout as L  # noqa: E402
 
-FP8_TFLOPS, BF16_TFLOPS = 1258.0, 679.0  # ANCHORS.md, measured matmul ceilings of the project's H200
+FP8_TFLOPS, BF16_TFLOPS = 1258.0, 679.0  # docs/anchors.md, measured matmul ceilings of the project's H200
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Case:
     h_q: int
     s_k: int
     varlen: bool = False
-    anchor_us: Optional[float] = None  # FlashMLA BF16 on the project's H200 (ANCHORS.md)
+    anchor_us: Optional[float] = None  # FlashMLA BF16 on the project's H200 (docs/anchors.md)
 
     @property
     def name(self) -> str:
@@ -68,7 +68,7 @@ QUICK_CASES = [Case(64, 1, 16, 32768, anchor_us=616), Case(64, 1, 128, 32768, an
 def seqlens_of(case: Case, gen: torch.Generator) -> torch.Tensor:
     if not case.varlen:
         return torch.full((case.b,), case.s_k, dtype=torch.int32)
-    # ANCHORS.md: N(32768, 16384^2), clipped to [1, 2 * s_k].
+    # docs/anchors.md: N(32768, 16384^2), clipped to [1, 2 * s_k].
     lens = torch.randn(case.b, generator=gen) * (case.s_k / 2) + case.s_k
     return lens.round().clamp(1, 2 * case.s_k).to(torch.int32)
 
@@ -232,7 +232,7 @@ def main() -> None:
     fm = flash_mla_baseline()
     ceiling = H.copy_ceiling_gbps()
     print(f"device: {torch.cuda.get_device_name(0)}; copy ceiling: {ceiling:.1f} GB/s; baseline: "
-          f"{'FlashMLA measured in this run' if fm else 'ANCHORS.md times (flash_mla not importable)'}")
+          f"{'FlashMLA measured in this run' if fm else 'docs/anchors.md times (flash_mla not importable)'}")
     print(f"{'case':<34} {'us':>10} {'TFLOPS':>9} {'KV GB/s':>9} {'roof':>8}  speedup")
     cases = QUICK_CASES if args.quick else ANCHOR_CASES + SMALL_BATCH_CASES
     if args.cases:
@@ -242,7 +242,7 @@ def main() -> None:
         results.append(run_case(c, fm, ceiling, H))
         print_line(results[-1])
     dirs = [H.RESULTS_DIR] + ([args.out] if args.out else [])
-    extra = {"copy_ceiling_gbps": ceiling, "baseline": "flash_mla measured" if fm else "ANCHORS.md"}
+    extra = {"copy_ceiling_gbps": ceiling, "baseline": "flash_mla measured" if fm else "docs/anchors.md"}
     for path in H.write_json("bench_decode", results, extra, dirs):
         print("wrote", path)
         png = plot_speedup(path)

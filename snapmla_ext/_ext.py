@@ -29,6 +29,18 @@ def load_extension():
     return torch.ops.snapmla
 
 
+@functools.lru_cache(maxsize=None)
+def load_ops():
+    """torch.ops.snapmla with every fake (meta) implementation registered, for torch.compile tracing.
+
+    The fakes need the schemas, which the compiled library defines, so they are imported after it loads.
+    """
+    ops = load_extension()
+    from snapmla_ext import _fake_decode, _fake_quant  # noqa: F401  (register on import)
+
+    return ops
+
+
 def extension_available() -> bool:
     try:
         load_extension()

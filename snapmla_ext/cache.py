@@ -27,7 +27,6 @@ def _check_cache_tensor(data: torch.Tensor, name: str = "k_cache") -> None:
 
 def content_view(data: torch.Tensor) -> torch.Tensor:
     """(num_blocks, 64, 512) float8_e4m3fn view of the content part."""
-    nb = data.shape[0]
     part = data[:, L.CONTENT_OFFSET : L.ROPE_OFFSET]
     return part.view(torch.float8_e4m3fn).unflatten(1, (L.PAGE_BLOCK_SIZE, L.D_CONTENT))
 

@@ -23,21 +23,12 @@ import torch
 
 from snapmla_ext import layout as L
 from snapmla_ext import quant_ops
-from snapmla_ext._ext import load_extension
+from snapmla_ext._ext import load_ops, require_cuda_tensor
 from snapmla_ext.cache import SnapMLAKVCache, as_cache_tensor
 from snapmla_ext.types import QuantizedQ
 
 BLOCK_M = 64  # query rows (s * h_q + h) per decode CTA; csrc/kernels/sm90/decode_fp8/launch.h
 CPU_PLAN_SM_COUNT = 132  # SMs assumed when planning for CPU seqlens (H100 SXM / H200): the CPU plan mirrors a GPU's
-
-
-@functools.lru_cache(maxsize=None)
-def _ops():
-    """torch.ops.snapmla with the decode fake implementations registered (loads the extension once)."""
-    ops = load_extension()
-    from snapmla_ext import _fake_decode  # noqa: F401  (registers the fake impls on import)
-
-    return ops
 
 
 @functools.lru_cache(maxsize=None)
@@ -108,7 +99,7 @@ def _old_style_metadata(
         raise TypeError(f"cache_seqlens must be a torch.Tensor, got {type(cache_seqlens).__name__}")
     if num_sm_parts is None:
         num_sm_parts = default_num_sm_parts(num_q_tokens_per_head_k, num_heads_k, cache_seqlens.device)
-    return _ops().get_mla_metadata(cache_seqlens, int(num_q_tokens_per_head_k), int(num_heads_k), int(num_sm_parts))
+    return load_ops().get_mla_metadata(cache_seqlens, int(num_q_tokens_per_head_k), int(num_heads_k), int(num_sm_parts))
 
 
 def get_mla_metadata(*args, **kwargs):
@@ -139,6 +130,8 @@ def _quantized_q(q) -> QuantizedQ:
         raise ValueError(f"q must have dtype torch.bfloat16 (or be a QuantizedQ), got {q.dtype}")
     if q.dim() != 4 or q.shape[-1] != L.D_QK:
         raise ValueError(f"q must have shape (b, s_q, h_q, {L.D_QK}), got {tuple(q.shape)}")
+    # Device last, as in the C++ checks; without this a CPU q would be quantized by the reference first.
+    require_cuda_tensor("q", q)
     return quant_ops.quantize_q(q)
 
 
@@ -148,14 +141,13 @@ def _metadata_from_sched_meta(
     b, s_q, h_q = qq.scale.shape
     if not sched_meta.have_initialized:
         num_sm_parts = sched_meta.num_sm_parts or default_num_sm_parts(s_q * h_q, 1, cache_seqlens.device)
-        meta, splits = _ops().get_mla_metadata(cache_seqlens, s_q * h_q, 1, num_sm_parts)
+        meta, splits = load_ops().get_mla_metadata(cache_seqlens, s_q * h_q, 1, num_sm_parts)
         sched_meta.config = SnapMLASchedMeta.Config(b, s_q, h_q, num_sm_parts, cache_seqlens.device)
         sched_meta.tile_scheduler_metadata, sched_meta.num_splits = meta, splits
         sched_meta.have_initialized = True
         return meta, splits
     cfg = sched_meta.config
-    now = SnapMLASchedMeta.Config(b, s_q, h_q, cfg.num_sm_parts, cache_seqlens.device)
-    if now != cfg:
+    if (b, s_q, h_q, cache_seqlens.device) != (cfg.b, cfg.s_q, cfg.h_q, cfg.device):
         raise ValueError(
             "tile_scheduler_metadata: metadata reused with other shapes: it was filled for "
             f"(b={cfg.b}, s_q={cfg.s_q}, h_q={cfg.h_q}, device={cfg.device}), this call has "
@@ -220,6 +212,9 @@ def flash_mla_with_kvcache(
         )
     if head_dim_v != L.D_CONTENT:
         raise ValueError(f"head_dim_v must be {L.D_CONTENT}, got {head_dim_v}")
+    for name, t in (("block_table", block_table), ("cache_seqlens", cache_seqlens)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     kv_cache = as_cache_tensor(k_cache, "k_cache")
     qq = _quantized_q(q)
     if softmax_scale is None:
@@ -236,7 +231,7 @@ def flash_mla_with_kvcache(
                 f"{type(tile_scheduler_metadata).__name__} and {type(num_splits).__name__}"
             )
         meta, splits = tile_scheduler_metadata, num_splits
-    return _ops().decode_fp8(
+    return load_ops().decode_fp8(
         qq.content, qq.rope, qq.scale, kv_cache, block_table, cache_seqlens, meta, splits, float(softmax_scale),
         bool(causal),
     )

@@ -6,7 +6,8 @@ defines the numerics the kernels match bit for bit. Differences between the two 
   because checking would cost a device-to-host sync; set SNAPMLA_CHECK_SLOTS=1 for a checked mode that syncs
   and raises. The reference always raises.
 - Paged fetch: the kernel clamps seqlens into [0, max_pages * 64] and gives a zero row for a page id outside
-  [0, num_blocks); the reference raises on both.
+  [0, num_blocks); the reference raises on both. A num_tokens smaller than sum(seqlens) truncates the output on
+  CUDA (rows past num_tokens are dropped); the reference raises.
 - A slot repeated within one append_kv call: the reference keeps the last row; the kernel writes the rows
   concurrently, so which one wins is unspecified (as in vLLM's reshape_and_cache). Pass distinct slots.
 """
@@ -18,19 +19,11 @@ from typing import Optional, Union
 import torch
 
 from snapmla_ext import reference
-from snapmla_ext._ext import load_extension
+from snapmla_ext._ext import load_ops
 from snapmla_ext.cache import SnapMLAKVCache, as_cache_tensor
 from snapmla_ext.types import QuantizedQ
 
 CacheLike = Union[SnapMLAKVCache, torch.Tensor]
-
-
-def _ops():
-    """torch.ops.snapmla with the quantization fakes registered; raises ExtensionUnavailableError without _C."""
-    ops = load_extension()
-    from snapmla_ext import _fake_quant  # noqa: F401  (register_fake needs the schemas loaded above)
-
-    return ops
 
 
 def quantize_q(q: torch.Tensor) -> QuantizedQ:
@@ -41,7 +34,7 @@ def quantize_q(q: torch.Tensor) -> QuantizedQ:
     1/scale, scale (b, s_q, h_q) float32), all contiguous.
     """
     if isinstance(q, torch.Tensor) and q.device.type == "cuda":
-        content, rope, scale = _ops().quantize_q(q)
+        content, rope, scale = load_ops().quantize_q(q)
         return QuantizedQ(content=content, rope=rope, scale=scale)
     return reference.quantize_q(q)
 
@@ -55,7 +48,7 @@ def append_kv(k_cache: CacheLike, kv: torch.Tensor, slots: torch.Tensor) -> None
     """
     data = as_cache_tensor(k_cache)
     if data.device.type == "cuda":
-        _ops().append_kv(data, kv, slots)
+        load_ops().append_kv(data, kv, slots)
     else:
         reference.append_kv(data, kv, slots)
 
@@ -80,14 +73,10 @@ def fetch_dequant(
     k_cache: SnapMLAKVCache or its (num_blocks, 41216) uint8 tensor.
     """
     data = as_cache_tensor(k_cache)
-    paged = block_table is not None or seqlens is not None
-    if (slots is None) == (not paged):
-        raise ValueError("fetch_dequant: give either slots, or block_table and seqlens (exactly one of the two forms)")
-    if paged and (block_table is None or seqlens is None):
-        raise ValueError("fetch_dequant: the paged form needs both block_table and seqlens")
+    paged = reference.cache_ops.fetch_form_is_paged(slots, block_table, seqlens)
     if data.device.type != "cuda":
         return reference.fetch_dequant(data, slots, block_table=block_table, seqlens=seqlens, num_tokens=num_tokens)
-    ops = _ops()
+    ops = load_ops()
     if not paged:
         return ops.fetch_dequant_slots(data, slots)
     if num_tokens is None:

@@ -305,6 +305,18 @@ def test_q_shape():
         flash_mla_with_kvcache(**wrapper_args(q=torch.zeros(B, S_Q, H_Q, 512, dtype=torch.bfloat16)))
 
 
+def test_q_on_cpu_named_before_quantization():
+    # A CPU bf16 q must not be quantized by the reference first and then fail under another name (q_content).
+    with pytest.raises(RuntimeError, match="q is on cpu, but the snapmla kernels need a CUDA device"):
+        flash_mla_with_kvcache(**wrapper_args(q=torch.zeros(B, S_Q, H_Q, 576, dtype=torch.bfloat16)))
+
+
+@pytest.mark.parametrize("name", ["block_table", "cache_seqlens"])
+def test_index_arguments_must_be_tensors(name):
+    with pytest.raises(TypeError, match=f"{name} must be a torch.Tensor, got list"):
+        flash_mla_with_kvcache(**wrapper_args(**{name: [0, 1, 2]}))
+
+
 def test_new_style_num_splits_must_be_none():
     meta, _ = get_mla_metadata()
     with pytest.raises(ValueError, match="num_splits must be None with a SnapMLASchedMeta"):

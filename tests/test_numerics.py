@@ -168,11 +168,15 @@ def test_kernel_check_plumbing_on_cpu(monkeypatch):
 def test_kernel_agrees_with_emulation():
     layer = synthetic_layer(SyntheticConfig(seqlen=1000, num_queries=2, num_heads=64), 7)
     out = paged.kernel_paged(layer, TINY.softmax_scale, "random", seed=0)
-    check = kernel_agreement([out])
-    worst = check["worst"]
-    assert worst["rel_l2"] <= 3e-3 and worst["cos_diff"] <= 1e-5, check  # SPEC section 7, on o
-    # SPEC's lse bound (1e-3) holds on FlashMLA-like data (tests/test_decode_gpu.py). On this heavy-tailed layer
-    # (logits up to ~80 nats) the kernel's QK sum, accumulated by FP8 WGMMA with ~14 significant bits, was
-    # 5.9e-3 nats off on the H200 (2026-11-29): a known gap (docs/decode_kernel.md, "Open problems"), bounded here
-    # so that it cannot grow unnoticed.
-    assert worst["lse_max"] <= 1e-2, check
+    worst = kernel_agreement([out])["worst"]
+    assert worst["rel_l2"] <= 3e-3 and worst["cos_diff"] <= 1e-5, worst  # SPEC section 7, on o
+
+
+@pytest.mark.gpu
+@pytest.mark.xfail(strict=True, reason="known gap: QK accumulated in FP8 WGMMA (~14 bits) gives lse 5.9e-3 nats off "
+                   "on this heavy-tailed layer (H200, 2026-11-29); docs/decode_kernel.md, Open problems")
+def test_kernel_lse_agrees_with_emulation_on_heavy_tailed_data():
+    # SPEC's lse bound (1e-3) holds on FlashMLA-like data (tests/test_decode_gpu.py); not yet on logits of ~80 nats.
+    layer = synthetic_layer(SyntheticConfig(seqlen=1000, num_queries=2, num_heads=64), 7)
+    out = paged.kernel_paged(layer, TINY.softmax_scale, "random", seed=0)
+    assert kernel_agreement([out])["worst"]["lse_max"] <= 1e-3

@@ -79,7 +79,7 @@ def edge_rows() -> torch.Tensor:
     row(rnd(1e-30))                                                           # amax below the floor
     row(rnd(1e-39))                                                           # bf16 subnormals
     row(rnd(1e-6), torch.randn(L.D_ROPE, generator=gen) * 1e3)                # RoPE-heavy (r' large)
-    row(rnd(1e-30), torch.full((L.D_ROPE,), 3e38))                            # r / s overflows to inf
+    row(rnd(1e-30), torch.full((L.D_ROPE,), 3e38))                            # r * inv overflows to inf
     c = torch.arange(L.D_CONTENT, dtype=torch.float32) * 2.0**-10; c[0] = 448.0; row(c)  # e4m3 subnormal ties
     c = torch.linspace(-448, 448, L.D_CONTENT); row(c)                        # every e4m3 binade, ties
     c = rnd(); c[5] = float("nan"); row(c)                                    # NaN in content: all NaN

@@ -137,6 +137,16 @@ def dequant_parts(c8: torch.Tensor, rope: torch.Tensor, scale: torch.Tensor) -> 
     return torch.cat([c8.float() * s, rope.float() * s], dim=-1).to(torch.bfloat16)
 
 
+def fetch_form_is_paged(slots, block_table, seqlens) -> bool:
+    """Which of fetch_dequant's two forms the arguments ask for (shared by the kernel wrapper); raises on a mix."""
+    paged = block_table is not None or seqlens is not None
+    if (slots is None) == (not paged):
+        raise ValueError("fetch_dequant: give either slots, or block_table and seqlens (exactly one of the two forms)")
+    if paged and (block_table is None or seqlens is None):
+        raise ValueError("fetch_dequant: the paged form needs both block_table and seqlens")
+    return paged
+
+
 def fetch_dequant(
     cache_data: torch.Tensor,
     slots: Optional[torch.Tensor] = None,
@@ -154,12 +164,7 @@ def fetch_dequant(
     Returns (n, 576) bf16: content = float(c8) * s, rope = float(r') * s in fp32, one rounding to bf16.
     """
     data = as_cache_tensor(cache_data, "cache_data")
-    paged = block_table is not None or seqlens is not None
-    if (slots is None) == (not paged):
-        raise ValueError("give either slots, or block_table and seqlens (exactly one of the two forms)")
-    if paged:
-        if block_table is None or seqlens is None:
-            raise ValueError("the paged form needs both block_table and seqlens")
+    if fetch_form_is_paged(slots, block_table, seqlens):
         flat = paged_slots(data, block_table, seqlens)
     else:
         _check_index_tensor(slots, "slots", 1, _INDEX_DTYPES, data.device)

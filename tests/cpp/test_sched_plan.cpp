@@ -12,23 +12,11 @@
 #include <vector>
 
 #include "kernels/sched/plan.h"
+#include "expect.h"
 
 namespace {
 
 using namespace snapmla::sched;
-
-int g_failures = 0;
-
-#define EXPECT(cond, ...)                                       \
-  do {                                                          \
-    if (!(cond)) {                                              \
-      ++g_failures;                                             \
-      std::fprintf(stderr, "%s:%d: %s failed: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                        \
-      std::fprintf(stderr, "\n");                               \
-      return;                                                   \
-    }                                                           \
-  } while (0)
 
 struct Piece {
   int part, split, begin_block, end_block;

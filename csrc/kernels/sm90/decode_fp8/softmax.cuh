@@ -10,8 +10,8 @@
 //   O~ and L~ are scaled by alpha * sigma_{n-1} / sigma_n = 2^(m_{n-1} - m_n) * inv_n / inv_{n-1}, then
 //   L~ += sum_j e_j * inv_n (and O~ += P8 V8 by the PV WGMMA).
 // A block with no visible token for a row (causal rows near the end) leaves that row's m, sigma, O~ and L~
-// untouched: its P is all zero, and taking sigma_n = P_FLOOR / 448 there would blow O~ up by sigma_{n-1}/sigma_n
-// (up to 2^126) for no contribution. Before the first visible token the scale is 0 (O~ = L~ = 0 anyway).
+// untouched: its P is all zero, and taking sigma_n = P_FLOOR / 448 there would scale O~ by sigma_{n-1}/sigma_n
+// (up to ~1.7e20, kv_layout.h) for no contribution. Before the first visible token the scale is 0 (O~ = L~ = 0 anyway).
 #pragma once
 
 #include <cfloat>
@@ -106,8 +106,8 @@ __device__ __forceinline__ void softmax_block(float (&s)[32], const float (&k_sc
     e_sum = quad_sum(e_sum);
     p_max = quad_max(p_max);
     if (p_max > 0.f) {
-      // 448 / p_max overflows only when p_max < 1.3e-36; clamping keeps 0 * inv = 0 for masked columns.
-      const float inv_new = fminf(kvl::FP8_E4M3_MAX / fmaxf(p_max, kvl::P_FLOOR), FLT_MAX);
+      // P_FLOOR = 2^-60 bounds inv_new by 448 * 2^60 ~ 5.2e20: finite, so 0 * inv = 0 for masked columns.
+      const float inv_new = kvl::FP8_E4M3_MAX / fmaxf(p_max, kvl::P_FLOOR);
       o_scale[r] = st[r].m == -INFINITY ? 0.f : exp2f(st[r].m - m_new) * (inv_new / st[r].inv);
       st[r].l = st[r].l * o_scale[r] + e_sum * inv_new;
       st[r].inv = inv_new;
