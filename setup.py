@@ -88,16 +88,9 @@ def ext_include_dirs():
     return [os.path.join(ROOT, "csrc")] + cutlass_include_dirs() + cuda_include_dirs()
 
 
-def extensions():
-    if os.environ.get("SNAPMLA_SKIP_EXT") == "1":
-        return [], {}
-    os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
-    # Only Hopper with its arch-specific features (wgmma, setmaxnreg): one target, no PTX fallback.
-    os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a"
-    from torch.utils.cpp_extension import BuildExtension, CUDAExtension
-
-    include_dirs = ext_include_dirs()
-    nvcc_flags = [
+def nvcc_flags():
+    """nvcc flags of every .cu file (torch adds -gencode arch=compute_90a,code=sm_90a from TORCH_CUDA_ARCH_LIST)."""
+    flags = [
         "-O3",
         "-std=c++20",
         "-DNDEBUG",
@@ -112,7 +105,20 @@ def extensions():
         f"--threads={os.environ.get('NVCC_THREADS', '4')}",
     ]
     if os.environ.get("SNAPMLA_PTXAS_VERBOSE") == "1":
-        nvcc_flags.append("--ptxas-options=-v")
+        flags.append("--ptxas-options=-v")
+    return flags
+
+
+def extensions():
+    if os.environ.get("SNAPMLA_SKIP_EXT") == "1":
+        return [], {}
+    os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
+    # Only Hopper with its arch-specific features (wgmma, setmaxnreg): one target, no PTX fallback.
+    os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a"
+    from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+    include_dirs = ext_include_dirs()
+    nvcc = nvcc_flags()
     ext = CUDAExtension(
         name="snapmla_ext._C",
         sources=selected_sources(),
@@ -120,7 +126,7 @@ def extensions():
         # Host files take torch's own C++ standard (c++17 in older torch, c++20 in 2.14): c10::Error crosses the
         # library boundary when a check fails, so host code must see the same c10 headers torch was built with.
         # nvcc files use C++20; the few that raise (launchers) include only c10/util/Exception.h.
-        extra_compile_args={"cxx": ["-O3", "-DNDEBUG"], "nvcc": nvcc_flags},
+        extra_compile_args={"cxx": ["-O3", "-DNDEBUG"], "nvcc": nvcc},
         extra_link_args=os.environ.get("SNAPMLA_EXTRA_LDFLAGS", "").split(),
     )
     return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}

@@ -7,9 +7,7 @@ Imported by snapmla_ext.decode_ops after the compiled library (which defines the
 import torch
 
 from snapmla_ext import layout as L
-
-# csrc/kernels/sched/sched_meta.h: ints per tile_scheduler_metadata row (padded to 32 B).
-SCHED_META_INTS = 8
+from snapmla_ext.decode_ops import SCHED_META_INTS
 
 
 @torch.library.register_fake("snapmla::get_mla_metadata")

@@ -94,3 +94,16 @@ def test_cache_tensor_checks(bad, message):
 def test_num_blocks_check():
     with pytest.raises(ValueError, match="num_blocks must be a positive int, got 0"):
         SnapMLAKVCache(0)
+
+
+def test_decode_constants_match_the_kernel_headers():
+    """Python's copies of the decode tile height and the metadata row width (snapmla_ext.decode_ops)."""
+    from snapmla_ext import decode_ops
+
+    root = os.path.join(os.path.dirname(__file__), "..", "csrc", "kernels")
+    launch = open(os.path.join(root, "sm90", "decode_fp8", "launch.h")).read()
+    sched = open(os.path.join(root, "sched", "sched_meta.h")).read()
+    assert re.search(r"BLOCK_M = (\d+);", launch).group(1) == str(decode_ops.BLOCK_M)
+    assert re.search(r"SCHED_META_INTS = (\d+),", sched).group(1) == str(decode_ops.SCHED_META_INTS)
+    overhead = re.search(r"PIECE_OVERHEAD_BLOCKS = (\d+);", sched).group(1)
+    assert overhead == "5"  # tests/test_sched.py's OVERHEAD mirrors it

@@ -10,10 +10,9 @@ import pytest
 import torch
 
 from snapmla_ext import decode_ops
-from snapmla_ext.decode_ops import default_num_sm_parts, get_mla_metadata
+from snapmla_ext.decode_ops import SCHED_META_INTS, default_num_sm_parts, get_mla_metadata
 
 OVERHEAD = 5  # PIECE_OVERHEAD_BLOCKS in sched_meta.h
-META_INTS = 8
 BEGIN_REQ, BEGIN_BLOCK, END_REQ, END_BLOCK, BEGIN_SPLIT = range(5)
 
 
@@ -47,7 +46,7 @@ def plan(seqlens, num_sm_parts):
 def check_plan(seqlens, num_sm_parts):
     meta, num_splits = plan(seqlens, num_sm_parts)
     b = len(seqlens)
-    assert meta.shape == (num_sm_parts, META_INTS) and meta.dtype == torch.int32
+    assert meta.shape == (num_sm_parts, SCHED_META_INTS) and meta.dtype == torch.int32
     assert num_splits.shape == (b + 1,) and num_splits.dtype == torch.int32
     pieces, costs = replay(meta, num_splits, seqlens)
     ns = num_splits.tolist()

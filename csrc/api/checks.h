@@ -4,8 +4,12 @@
 
 #include <torch/all.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
+
+#include "kv_layout.h"
 
 namespace snapmla::checks {
 
@@ -55,6 +59,33 @@ inline void check_contiguous(const at::Tensor& t, const char* name) {
 // Offsets are computed in int64 in the kernels, but grids and some strides are int32: refuse sizes past that.
 inline void check_fits_int32(int64_t value, const char* what) {
   TORCH_CHECK(value >= 0 && value <= INT32_MAX, what, " must fit in int32 (<= ", INT32_MAX, "), got ", value);
+}
+
+// Rows read with 16-byte vector loads or by TMA: the data pointer and every stride but the last must be multiples
+// of 16 bytes. `why` names the reader ("16-byte loads", "TMA") in the message.
+inline void check_16b_aligned_rows(const at::Tensor& t, const char* name, const char* why) {
+  constexpr int64_t ALIGN = 16;
+  const int64_t elem = t.element_size();
+  for (int64_t d = 0; d + 1 < t.dim(); ++d)
+    TORCH_CHECK(t.size(d) <= 1 || (t.stride(d) * elem) % ALIGN == 0, name, ": stride(", d, ") = ", t.stride(d),
+                " elements must be a multiple of ", ALIGN, " bytes (", why, "), got strides ", t.strides());
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % ALIGN == 0, name, ": data pointer must be ", ALIGN,
+              "-byte aligned (", why, "), got address ", t.data_ptr());
+}
+
+// The SnapMLA cache byte map (kv_layout.h): (num_blocks, PAGE_BYTES) uint8. Dtype is checked with the dtypes.
+inline void check_kv_cache_shape(const at::Tensor& kv_cache, const char* name) {
+  check_dim(kv_cache, 2, name);
+  check_size(kv_cache, 1, kv_layout::PAGE_BYTES, name);
+}
+
+// CUDA's limit on gridDim.y (and z): num_sm_parts is the decode grid's y, q_rows / 4 the combine's.
+inline constexpr int64_t MAX_GRID_Y = 65535;
+
+// A SNAPMLA_* switch: set to "1" means on. Read on every call (~100 ns) so tests can flip it per case.
+inline bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
 }  // namespace snapmla::checks

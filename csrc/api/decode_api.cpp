@@ -13,8 +13,6 @@
 #include <torch/library.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 
 #include "api/checks.h"
@@ -31,15 +29,8 @@ namespace {
 namespace L = kv_layout;
 
 constexpr int64_t MAX_H_Q = 128;           // two 64-row M tiles per query token; SPEC section 1
-constexpr int64_t TMA_ALIGN_BYTES = 16;    // TMA global addresses and strides are multiples of 16 B
-constexpr int64_t MAX_GRID_Y = 65535;      // num_sm_parts is the decode grid's y; q_rows / 4 the combine's y
-constexpr int64_t COMBINE_ROWS_PER_CTA = 4;
-
-// Read on every call (a getenv costs ~100 ns next to a >= 10 us decode) so tests can switch it per case.
-bool debug_checks_enabled() {
-  const char* v = std::getenv("SNAPMLA_DEBUG_CHECKS");
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
+using checks::MAX_GRID_Y;
+using combine::COMBINE_ROWS_PER_CTA;
 
 // The (s, h) dims of a (b, s_q, h_q, ...) tensor fold into one row index with a single stride.
 void check_rows_foldable(const at::Tensor& t, int64_t h_q, const char* name) {
@@ -48,15 +39,6 @@ void check_rows_foldable(const at::Tensor& t, int64_t h_q, const char* name) {
               h_q * t.stride(2), ", got strides ", t.strides());
 }
 
-void check_tma_strides(const at::Tensor& t, const char* name) {
-  const int64_t elem = t.element_size();
-  for (int64_t d = 0; d + 1 < t.dim(); ++d)
-    TORCH_CHECK(t.size(d) == 1 || (t.stride(d) * elem) % TMA_ALIGN_BYTES == 0, name, ": stride(", d, ") = ",
-                t.stride(d), " elements must be a multiple of ", TMA_ALIGN_BYTES, " bytes (TMA), got strides ",
-                t.strides());
-  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % TMA_ALIGN_BYTES == 0, name,
-              ": data pointer must be ", TMA_ALIGN_BYTES, "-byte aligned (TMA), got address ", t.data_ptr());
-}
 
 // SNAPMLA_DEBUG_CHECKS=1: synchronous value checks the fast path cannot afford.
 void debug_check_values(const at::Tensor& cache_seqlens, const at::Tensor& num_splits, int64_t max_pages,
@@ -105,8 +87,7 @@ std::tuple<at::Tensor, at::Tensor> decode_fp8(const at::Tensor& q_content, const
               ", got ", q_rows);
   checks::check_shape(q_rope, {b, s_q, h_q, L::D_ROPE}, "q_rope");
   checks::check_shape(q_scale, {b, s_q, h_q}, "q_scale");
-  checks::check_dim(kv_cache, 2, "kv_cache");
-  checks::check_size(kv_cache, 1, L::PAGE_BYTES, "kv_cache");
+  checks::check_kv_cache_shape(kv_cache, "kv_cache");
   const int64_t num_blocks = kv_cache.size(0);
   TORCH_CHECK(num_blocks >= 1, "kv_cache.shape[0] (num_blocks) must be >= 1, got ", num_blocks);
   checks::check_fits_int32(num_blocks, "kv_cache.shape[0] (num_blocks)");
@@ -132,12 +113,10 @@ std::tuple<at::Tensor, at::Tensor> decode_fp8(const at::Tensor& q_content, const
   check_rows_foldable(q_content, h_q, "q_content");
   check_rows_foldable(q_rope, h_q, "q_rope");
   check_rows_foldable(q_scale, h_q, "q_scale");
-  check_tma_strides(q_content, "q_content");
-  check_tma_strides(q_rope, "q_rope");
+  checks::check_16b_aligned_rows(q_content, "q_content", "TMA");
+  checks::check_16b_aligned_rows(q_rope, "q_rope", "TMA");
   checks::check_contiguous(kv_cache, "kv_cache");
-  TORCH_CHECK(reinterpret_cast<uintptr_t>(kv_cache.data_ptr()) % TMA_ALIGN_BYTES == 0,
-              "kv_cache: data pointer must be ", TMA_ALIGN_BYTES, "-byte aligned (TMA), got address ",
-              kv_cache.data_ptr());
+  checks::check_16b_aligned_rows(kv_cache, "kv_cache", "TMA");
   checks::check_last_dim_contiguous(block_table, "block_table");
   checks::check_contiguous(cache_seqlens, "cache_seqlens");
   checks::check_contiguous(tile_scheduler_metadata, "tile_scheduler_metadata");
@@ -167,7 +146,7 @@ std::tuple<at::Tensor, at::Tensor> decode_fp8(const at::Tensor& q_content, const
   at::Tensor lse = at::empty({b, h_q, s_q}, f32);
   at::Tensor o_accum = at::empty({max_total_splits, q_rows, L::D_CONTENT}, f32);
   at::Tensor lse_accum = at::empty({max_total_splits, q_rows}, f32);
-  if (debug_checks_enabled()) {
+  if (checks::env_flag("SNAPMLA_DEBUG_CHECKS")) {
     debug_check_values(cache_seqlens, num_splits, max_pages, max_total_splits);
     const double nan = std::numeric_limits<double>::quiet_NaN();
     out.fill_(nan);

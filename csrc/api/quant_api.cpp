@@ -13,8 +13,6 @@
 #include <torch/all.h>
 #include <torch/library.h>
 
-#include <cstdlib>
-#include <cstring>
 
 #include "api/checks.h"
 #include "kernels/quant/launch.h"
@@ -29,31 +27,9 @@ using namespace snapmla::checks;
 
 // 16-B vector loads of a bf16 row need a 16-B aligned start: base pointer and every row stride (in elements)
 // a multiple of 8. Strides of size-1 dimensions never move the pointer and are ignored.
-void check_rows_16b_aligned(const at::Tensor& t, const char* name) {
-  constexpr int64_t ELEMS_PER_16B = 16 / sizeof(at::BFloat16);
-  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name,
-              " must start at a 16-byte aligned address (rows are read with 16-byte loads), got address ",
-              t.data_ptr());
-  for (int64_t d = 0; d + 1 < t.dim(); ++d) {
-    TORCH_CHECK(t.size(d) <= 1 || t.stride(d) % ELEMS_PER_16B == 0, name, ".stride(", d,
-                ") must be a multiple of 8 elements (16-byte aligned rows), got strides ", t.strides());
-  }
-}
-
-void check_cache_tensor(const at::Tensor& kv_cache) {
-  check_dtype(kv_cache, at::kByte, "kv_cache");
-  check_dim(kv_cache, 2, "kv_cache");
-  check_size(kv_cache, 1, L::PAGE_BYTES, "kv_cache");
-}
-
-bool slot_check_enabled() {
-  const char* flag = std::getenv("SNAPMLA_CHECK_SLOTS");
-  return flag != nullptr && std::strcmp(flag, "1") == 0;
-}
-
 // SNAPMLA_CHECK_SLOTS=1 only: one device-to-host sync.
 void check_slots_in_range(const at::Tensor& slots, int64_t num_blocks) {
-  if (!slot_check_enabled() || slots.numel() == 0) return;
+  if (!env_flag("SNAPMLA_CHECK_SLOTS") || slots.numel() == 0) return;
   const int64_t num_slots = num_blocks * L::PAGE_BLOCK_SIZE;
   const int64_t max_slot = slots.max().item<int64_t>();
   TORCH_CHECK(max_slot < num_slots, "slots must be < num_blocks * ", L::PAGE_BLOCK_SIZE, " = ", num_slots,
@@ -68,7 +44,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_q(const at::Tensor& q) {
   check_size(q, 3, L::D_QK, "q");
   check_fits_int32(q.size(0) * q.size(1) * q.size(2), "q rows (b * s_q * h_q)");
   check_last_dim_contiguous(q, "q");
-  check_rows_16b_aligned(q, "q");
+  check_16b_aligned_rows(q, "q", "16-byte loads");
   check_cuda(q, "q");
 
   const int64_t b = q.size(0), s_q = q.size(1), h_q = q.size(2);
@@ -93,7 +69,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_q(const at::Tensor& q) {
 }
 
 void append_kv(at::Tensor& kv_cache, const at::Tensor& kv, const at::Tensor& slots) {
-  check_cache_tensor(kv_cache);
+  check_dtype(kv_cache, at::kByte, "kv_cache");
+  check_kv_cache_shape(kv_cache, "kv_cache");
   check_dtype(kv, at::kBFloat16, "kv");
   check_dtype_in(slots, {at::kInt, at::kLong}, "slots");
   check_dim(kv, 2, "kv");
@@ -104,7 +81,7 @@ void append_kv(at::Tensor& kv_cache, const at::Tensor& kv, const at::Tensor& slo
   check_fits_int32(kv.size(0), "kv.shape[0]");
   check_contiguous(kv_cache, "kv_cache");
   check_last_dim_contiguous(kv, "kv");
-  check_rows_16b_aligned(kv, "kv");
+  check_16b_aligned_rows(kv, "kv", "16-byte loads");
   check_contiguous(slots, "slots");
   check_cuda(kv_cache, "kv_cache");
   check_cuda(kv, "kv");
@@ -128,7 +105,8 @@ void append_kv(at::Tensor& kv_cache, const at::Tensor& kv, const at::Tensor& slo
 }
 
 at::Tensor fetch_dequant_slots(const at::Tensor& kv_cache, const at::Tensor& slots) {
-  check_cache_tensor(kv_cache);
+  check_dtype(kv_cache, at::kByte, "kv_cache");
+  check_kv_cache_shape(kv_cache, "kv_cache");
   check_dtype_in(slots, {at::kInt, at::kLong}, "slots");
   check_dim(slots, 1, "slots");
   check_fits_int32(slots.size(0), "slots.shape[0]");
@@ -155,7 +133,8 @@ at::Tensor fetch_dequant_slots(const at::Tensor& kv_cache, const at::Tensor& slo
 
 at::Tensor fetch_dequant_paged(const at::Tensor& kv_cache, const at::Tensor& block_table, const at::Tensor& seqlens,
                                int64_t num_tokens) {
-  check_cache_tensor(kv_cache);
+  check_dtype(kv_cache, at::kByte, "kv_cache");
+  check_kv_cache_shape(kv_cache, "kv_cache");
   check_dtype(block_table, at::kInt, "block_table");
   check_dtype(seqlens, at::kInt, "seqlens");
   check_dim(block_table, 2, "block_table");

@@ -56,8 +56,8 @@ std::tuple<at::Tensor, at::Tensor> get_mla_metadata(const at::Tensor& cache_seql
   TORCH_CHECK(num_heads_k == 1, "num_heads_k must be 1 (MLA shares one latent KV head), got ", num_heads_k);
   TORCH_CHECK(num_q_tokens_per_head_k >= 1, "num_q_tokens_per_head_k (s_q * h_q) must be >= 1, got ",
               num_q_tokens_per_head_k);
-  TORCH_CHECK(num_sm_parts >= 1 && num_sm_parts <= 65535, "num_sm_parts must be in [1, 65535] (grid.y), got ",
-              num_sm_parts);
+  TORCH_CHECK(num_sm_parts >= 1 && num_sm_parts <= checks::MAX_GRID_Y, "num_sm_parts must be in [1, ",
+              checks::MAX_GRID_Y, "] (grid.y), got ", num_sm_parts);
   // layout
   checks::check_contiguous(cache_seqlens, "cache_seqlens");
 

@@ -22,7 +22,7 @@ namespace snapmla::combine {
 namespace {
 
 constexpr int D_V = kv_layout::D_CONTENT;            // 512
-constexpr int WARPS_PER_CTA = 4;                     // 4 rows per CTA: 128 threads, small enough to fill SMs
+constexpr int WARPS_PER_CTA = COMBINE_ROWS_PER_CTA;  // one warp per query row
 constexpr int COLS_PER_LANE = D_V / 32;              // 16
 constexpr int VEC_PER_LANE = COLS_PER_LANE / 4;      // 4 float4 per lane
 constexpr float LN2 = 0.6931471805599453f;

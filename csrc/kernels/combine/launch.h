@@ -7,6 +7,10 @@
 
 namespace snapmla::combine {
 
+// Query rows merged per CTA (one warp each): 128 threads, small enough to spread over every SM. The host checks
+// that ceil(q_rows / COMBINE_ROWS_PER_CTA) fits the grid's y dimension.
+inline constexpr int COMBINE_ROWS_PER_CTA = 4;
+
 // Merges the pieces of every request that the scheduler split (num_splits[r + 1] - num_splits[r] > 1) into
 // params.out / params.lse; requests done in one piece were written by the decode kernel and are left alone.
 // Reads from params: b, s_q, h_q, q_rows, num_splits, o_accum, lse_accum, out, lse.

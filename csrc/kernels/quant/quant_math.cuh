@@ -110,14 +110,14 @@ __device__ __forceinline__ uint2 quantize_content_chunk(const uint4& chunk, floa
   return make_uint2(out[0], out[1]);
 }
 
-// 8 bf16 RoPE values -> 8 bf16 values pre-scaled by inv = 448 / max(amax, AMAX_FLOOR).
-__device__ __forceinline__ uint4 quantize_rope_chunk(const uint4& chunk, float inv) {
+// 8 bf16 values -> 8 bf16 values bf16(float(x) * f): RoPE pre-scaling (f = inv) and its dequantization (f = s).
+__device__ __forceinline__ uint4 scale_bf16_chunk(const uint4& chunk, float f) {
   const uint32_t* w = reinterpret_cast<const uint32_t*>(&chunk);
   uint32_t out[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    float2 f = bf162_to_float2(w[j]);
-    out[j] = float2_to_bf162(__fmul_rn(f.x, inv), __fmul_rn(f.y, inv));
+    float2 x = bf162_to_float2(w[j]);
+    out[j] = float2_to_bf162(__fmul_rn(x.x, f), __fmul_rn(x.y, f));
   }
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
@@ -139,18 +139,6 @@ __device__ __forceinline__ uint4 dequant_content_chunk(const uint2& chunk, float
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-// 8 pre-scaled bf16 RoPE values -> 8 bf16 values bf16(float(r') * s).
-__device__ __forceinline__ uint4 dequant_rope_chunk(const uint4& chunk, float s) {
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(&chunk);
-  uint32_t out[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    float2 f = bf162_to_float2(w[j]);
-    out[j] = float2_to_bf162(__fmul_rn(f.x, s), __fmul_rn(f.y, s));
-  }
-  return make_uint4(out[0], out[1], out[2], out[3]);
-}
-
 // Quantize one row held by the warp and store it: content (512 e4m3), RoPE (64 bf16) and scale (fp32) go to
 // three separate destinations (q_quant: three output tensors; k_append: the three parts of a cache page).
 // content: (512,) e4m3, 8-B aligned; rope: (64,) bf16, 16-B aligned; scale: one fp32.
@@ -162,7 +150,7 @@ __device__ __forceinline__ void quantize_and_store_row(const RowChunks& r, int l
     const int chunk = lane + i * WARP_SIZE;
     reinterpret_cast<uint2*>(content)[chunk] = quantize_content_chunk(r.content[i], rs.inv);
   }
-  if (lane < ROPE_CHUNKS) reinterpret_cast<uint4*>(rope)[lane] = quantize_rope_chunk(r.rope, rs.inv);
+  if (lane < ROPE_CHUNKS) reinterpret_cast<uint4*>(rope)[lane] = scale_bf16_chunk(r.rope, rs.inv);
   if (lane == 0) *scale = rs.s;
 }
 
@@ -179,7 +167,7 @@ __device__ __forceinline__ void dequant_token(const uint8_t* cache, int64_t slot
   uint4* out = reinterpret_cast<uint4*>(out_row);
 #pragma unroll
   for (int i = 0; i < CONTENT_CHUNKS_PER_LANE; ++i) out[lane + i * WARP_SIZE] = dequant_content_chunk(c[i], s);
-  if (lane < ROPE_CHUNKS) out[CONTENT_CHUNKS + lane] = dequant_rope_chunk(r, s);
+  if (lane < ROPE_CHUNKS) out[CONTENT_CHUNKS + lane] = scale_bf16_chunk(r, s);
 }
 
 // A zero row for a token that is not in the cache (negative or out-of-range slot, past a request's pages).

@@ -25,7 +25,6 @@ struct KvTraits<__nv_fp8_e4m3> {
   static constexpr int ELEM_BYTES = 1;
   static constexpr bool NEEDS_V_TRANSPOSE = true;  // 8-bit WGMMA takes K-major B only
   static constexpr CUtensorMapDataType TMA_DTYPE = CU_TENSOR_MAP_DATA_TYPE_UINT8;
-  static constexpr const char* NAME = "e4m3";
 };
 static_assert(KvTraits<__nv_fp8_e4m3>::ELEM_BYTES == kvl::CONTENT_ELEM_BYTES, "kv_layout.h content type");
 

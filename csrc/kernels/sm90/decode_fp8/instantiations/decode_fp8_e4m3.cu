@@ -2,6 +2,8 @@
 // tensor maps are built here on the host from pointers and shapes only (no sync, CUDA-graph capturable).
 #include <cuda_fp8.h>
 
+#include <mutex>
+
 #include "common/cuda_check.h"
 #include "kernels/sm90/common/tensor_map.h"
 #include "kernels/sm90/decode_fp8/kernel.cuh"
@@ -52,11 +54,15 @@ void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream) {
               ", num_sm_parts = ", params.num_sm_parts, ", num_blocks = ", params.num_blocks, ")");
   const KernelParams kp = make_kernel_params(params);
   auto kernel = snapmla_decode_fp8_kernel<__nv_fp8_e4m3>;
-  static const bool smem_configured = [&] {
+  // The shared-memory opt-in is a per-device attribute: set it once on each device this process launches on.
+  constexpr int MAX_DEVICES = 64;
+  static std::once_flag smem_configured[MAX_DEVICES];
+  int device = 0;
+  SNAPMLA_CUDA_CHECK(cudaGetDevice(&device));
+  TORCH_CHECK(device >= 0 && device < MAX_DEVICES, "decode_fp8: device index ", device, " >= ", MAX_DEVICES);
+  std::call_once(smem_configured[device], [&] {
     SNAPMLA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES));
-    return true;
-  }();
-  (void)smem_configured;
+  });
   const dim3 grid(num_m_tiles(params.q_rows), params.num_sm_parts);
   kernel<<<grid, NUM_THREADS, SMEM_BYTES, stream>>>(kp);
   SNAPMLA_CHECK_LAUNCH();
