@@ -65,12 +65,12 @@ inline void check_fits_int32(int64_t value, const char* what) {
 // of 16 bytes. `why` names the reader ("16-byte loads", "TMA") in the message.
 inline void check_16b_aligned_rows(const at::Tensor& t, const char* name, const char* why) {
   constexpr int64_t ALIGN = 16;
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % ALIGN == 0, name, ": data pointer must be ", ALIGN,
+              "-byte aligned (", why, "), got address ", t.data_ptr());
   const int64_t elem = t.element_size();
   for (int64_t d = 0; d + 1 < t.dim(); ++d)
     TORCH_CHECK(t.size(d) <= 1 || (t.stride(d) * elem) % ALIGN == 0, name, ": stride(", d, ") = ", t.stride(d),
                 " elements must be a multiple of ", ALIGN, " bytes (", why, "), got strides ", t.strides());
-  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % ALIGN == 0, name, ": data pointer must be ", ALIGN,
-              "-byte aligned (", why, "), got address ", t.data_ptr());
 }
 
 // The SnapMLA cache byte map (kv_layout.h): (num_blocks, PAGE_BYTES) uint8. Dtype is checked with the dtypes.
