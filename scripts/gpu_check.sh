@@ -20,10 +20,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 exec > >(tee -a "$OUT/run.log") 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-# The H200 image's default C++ compiler (/opt/gcc/bin/g++, a wrapper around g++ 13.3) builds extensions whose
-# C++ exceptions crash the process: every failed TORCH_CHECK segfaulted instead of raising (2026-11-29, probe in
-# docs/notes/2026-11-29-h200.md). /usr/bin/g++ (the same g++ 13.3) works; prefer it when present.
-if [ -z "${CXX:-}" ] && [ -x /opt/gcc/bin/g++ ] && [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++; fi
+source scripts/host_compiler.sh
 echo "host compiler: ${CXX:-c++}"
 t0=$(date +%s)
 # In-place build_ext, not `pip install -e .`: that machine has no network, and pip may try to fetch build deps.

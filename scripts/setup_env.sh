@@ -8,6 +8,7 @@ PY=${PYTHON:-python3}
 $PY -c "import torch" 2>/dev/null || $PY -m pip install -q torch==2.14.1
 $PY -m pip install -q -r requirements.txt
 mkdir -p .out
+source scripts/host_compiler.sh
 if [ "${SNAPMLA_SKIP_EXT:-0}" != "1" ] && [ -x "$CUDA_HOME/bin/nvcc" ]; then
   echo "building snapmla_ext._C (log: .out/build.log) ..."
   t0=$(date +%s)

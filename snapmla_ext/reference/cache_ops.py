@@ -131,6 +131,15 @@ def read_slots(cache_data: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Ten
     return tuple(view(cache_data)[page, offset] for view in (content_view, rope_view, scale_view))
 
 
+def padded_by_request(rows: torch.Tensor, cache_seqlens: torch.Tensor, n_max: int) -> torch.Tensor:
+    """Rows of the requests laid end to end, (sum(seqlens), ...) -> (b, n_max, ...), NaN past each seqlen (like the
+    unused slots a kernel may load, so that masking is exercised)."""
+    b = cache_seqlens.shape[0]
+    out = torch.full((b, n_max, *rows.shape[1:]), float("nan"), dtype=rows.dtype, device=rows.device)
+    out[torch.arange(n_max, device=rows.device)[None, :] < cache_seqlens.long()[:, None]] = rows
+    return out
+
+
 def dequant_parts(c8: torch.Tensor, rope: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """(n, 576) bf16 from raw parts: float(c8) * s and float(r') * s in fp32, then one rounding to bf16."""
     s = scale.unsqueeze(-1)

@@ -13,7 +13,7 @@ import torch
 
 from snapmla_ext import layout as L
 from snapmla_ext.cache import SnapMLAKVCache, as_cache_tensor
-from snapmla_ext.reference.cache_ops import paged_slots, read_slots
+from snapmla_ext.reference.cache_ops import padded_by_request, paged_slots, read_slots
 from snapmla_ext.reference.dense import decode_dense
 from snapmla_ext.reference.quant import quantize_q
 from snapmla_ext.types import QuantizedQ
@@ -90,12 +90,7 @@ def decode(
     lengths = cache_seqlens.tolist()
     n_max = max(math.ceil(n / L.PAGE_BLOCK_SIZE) for n in lengths) * L.PAGE_BLOCK_SIZE if b else 0
     dev = data.device
-    # Positions past a request's seqlen stay NaN, like the unused slots the kernel may load: masking must hold.
-    k_c = torch.full((b, n_max, L.D_CONTENT), float("nan"), device=dev)
-    k_r = torch.full((b, n_max, L.D_ROPE), float("nan"), device=dev)
-    k_s = torch.full((b, n_max), float("nan"), device=dev)
-    valid = torch.arange(n_max, device=dev)[None, :] < cache_seqlens.long()[:, None]
-    k_c[valid], k_r[valid], k_s[valid] = c8.float(), rope.float(), scale
+    k_c, k_r, k_s = (padded_by_request(x, cache_seqlens, n_max) for x in (c8.float(), rope.float(), scale))
 
     rows = s_q * h_q
     q_c = qq.content.float().reshape(b, rows, L.D_CONTENT)

@@ -8,7 +8,8 @@ import torch
 
 from snapmla_ext import layout as L
 from snapmla_ext.cache import SnapMLAKVCache, as_cache_tensor
-from snapmla_ext.reference.cache_ops import paged_slots, read_slots
+from snapmla_ext.reference.cache_ops import padded_by_request, paged_slots, read_slots
+from snapmla_ext.reference.quant import dequantize_q
 from snapmla_ext.types import QuantizedQ
 
 
@@ -72,15 +73,10 @@ def attention_fp64_dequant(
     """
     data = as_cache_tensor(k_cache)
     if isinstance(q, QuantizedQ):
-        s = q.scale.double().unsqueeze(-1)
-        q = torch.cat([q.content.double() * s, q.rope.double() * s], dim=-1)
-    b = q.shape[0]
+        q = dequantize_q(q, torch.float64)
     slots = paged_slots(data, block_table, cache_seqlens, "cache_seqlens")
     c8, rope, scale = read_slots(data, slots)
-    s = scale.double().unsqueeze(-1)
-    rows = torch.cat([c8.double() * s, rope.double() * s], dim=-1)
+    rows = dequantize_q(QuantizedQ(c8, rope, scale), torch.float64)  # the same product, per cache token
     lengths = cache_seqlens.tolist()
-    n_max = max(lengths, default=0)
-    kv = torch.full((b, n_max, L.D_QK), float("nan"), dtype=torch.float64, device=data.device)
-    kv[torch.arange(n_max, device=data.device)[None, :] < cache_seqlens.long()[:, None]] = rows
+    kv = padded_by_request(rows, cache_seqlens, max(lengths, default=0))
     return attention_fp64(q, kv, lengths, softmax_scale, causal)

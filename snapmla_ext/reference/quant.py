@@ -85,7 +85,8 @@ def quantize_q(q: torch.Tensor) -> QuantizedQ:
     return QuantizedQ(content=c8, rope=rope, scale=scale)
 
 
-def dequantize_q(qq: QuantizedQ) -> torch.Tensor:
-    """QuantizedQ -> fp32 (b, s_q, h_q, 576): content = float(q8) * scale, rope = float(q_r') * scale (fp32)."""
-    s = qq.scale.float().unsqueeze(-1)
-    return torch.cat([qq.content.float() * s, qq.rope.float() * s], dim=-1)
+def dequantize_q(qq: QuantizedQ, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """QuantizedQ (or any (content, rope, scale) triple) -> (..., 576) in dtype: content * scale, rope * scale,
+    computed in dtype (fp32: the kernel's domain; float64: exact, for the float64 references)."""
+    s = qq.scale.to(dtype).unsqueeze(-1)
+    return torch.cat([qq.content.to(dtype) * s, qq.rope.to(dtype) * s], dim=-1)
