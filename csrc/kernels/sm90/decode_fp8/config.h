@@ -53,8 +53,8 @@ static_assert(NUM_MATH_WG * MATH_REGS + PRODUCER_REGS <= 3 * LAUNCH_REGS, "regis
 static_assert(MATH_REGS % 8 == 0 && PRODUCER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
 
 // ---- pipeline ----
-// KV stages hold what TMA brings (content + RoPE + scales, 41216 B); a stage is free once both math warpgroups
-// finished QK on it and the producer finished transposing it. V^T buffers (32 KB) are free once both finished PV.
+// KV stages hold what TMA brings (content + RoPE + scales, 41216 B); a stage is free once the block's owner
+// wrote its hand-off into the RoPE tile, the other math warpgroup read it, and the producer transposed V. V^T buffers (32 KB) are free once both finished PV.
 inline constexpr int KV_STAGES = 3;
 inline constexpr int VT_STAGES = 2;
 inline constexpr int KV_STAGE_TX_BYTES = CONTENT_TILES * CONTENT_TILE_BYTES + ROPE_TILE_BYTES + BLOCK_N * 4;

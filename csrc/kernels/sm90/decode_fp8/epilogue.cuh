@@ -15,13 +15,16 @@
 
 namespace snapmla::sm90::decode_fp8 {
 
-__device__ __forceinline__ void store_piece(const DecodeParams& p, const Piece& pc, int m_tile, int wg, int warp,
+// req, split: the piece's request and its index among the request's pieces (passed apart from the Piece so the
+// caller need not keep them in registers across its block loop).
+__device__ __forceinline__ void store_piece(const DecodeParams& p, int req, int split, int m_tile, int wg, int warp,
                                             int lane, const float (&o)[128], const RowState (&st)[2]) {
   // Row indices are rebuilt here rather than kept live across the block loop (register pressure).
   lane = opaque(lane);
+  req = opaque(req);
   const int t = lane % 4;
-  const int split_begin = p.num_splits[pc.req];
-  const bool single = p.num_splits[pc.req + 1] - split_begin == 1;
+  const int split_begin = p.num_splits[req];
+  const bool single = p.num_splits[req + 1] - split_begin == 1;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = m_tile * BLOCK_M + 16 * warp + lane / 4 + 8 * r;
@@ -31,17 +34,17 @@ __device__ __forceinline__ void store_piece(const DecodeParams& p, const Piece& 
     const float lse2 = empty ? -INFINITY : st[r].m + log2f(st[r].l / st[r].inv);
     const int col0 = wg * D_V_PER_WG + 2 * t;
     if (single) {
-      __nv_bfloat16* g_out = p.out + (static_cast<int64_t>(pc.req) * p.q_rows + row) * D_V + col0;  // (b, q_rows, 512)
+      __nv_bfloat16* g_out = p.out + (static_cast<int64_t>(req) * p.q_rows + row) * D_V + col0;  // (b, q_rows, 512)
 #pragma unroll
       for (int i = 0; i < D_V_PER_WG / 8; ++i)
         *reinterpret_cast<__nv_bfloat162*>(g_out + 8 * i) =
             __floats2bfloat162_rn(o[4 * i + 2 * r] * inv_l, o[4 * i + 2 * r + 1] * inv_l);
       if (wg == 0 && t == 0) {
         const int s = row / p.h_q, h = row % p.h_q;
-        p.lse[(static_cast<int64_t>(pc.req) * p.h_q + h) * p.s_q + s] = empty ? INFINITY : lse2 * LN2;  // (b, h_q, s_q)
+        p.lse[(static_cast<int64_t>(req) * p.h_q + h) * p.s_q + s] = empty ? INFINITY : lse2 * LN2;  // (b, h_q, s_q)
       }
     } else {
-      const int64_t acc_row = static_cast<int64_t>(split_begin + pc.split) * p.q_rows + row;
+      const int64_t acc_row = static_cast<int64_t>(split_begin + split) * p.q_rows + row;
       float* g_acc = p.o_accum + acc_row * D_V + col0;  // (total_splits, q_rows, 512)
 #pragma unroll
       for (int i = 0; i < D_V_PER_WG / 8; ++i)

@@ -4,20 +4,22 @@
 //
 // Grid (num_m_tiles, num_sm_parts), 384 threads, one CTA per SM (225 KB of shared memory), persistent over the
 // pieces of its schedule row. Warpgroups:
-//   WG0, WG1 (math, MATH_REGS = 216 registers): each computes the whole 64x64 QK of a block (16 QGMMA k32 over
-//     the 512 content dims + 4 HGMMA k16 over the 64 RoPE dims, one fp32 accumulator), the online softmax, P
-//     quantised to e4m3 in registers, and PV for its 256-column half of O (8 chunks of 2 QGMMA m64n32k32, A
-//     from registers, each chunk folded into O~ in fp32). mainloop.cuh, softmax.cuh, epilogue.cuh.
+//   WG0, WG1 (math, MATH_REGS = 216 registers): block n belongs to WG(n % 2), which computes its whole 64x64 QK
+//     (16 QGMMA k32 over the 512 content dims + 4 HGMMA k16 over the 64 RoPE dims, one fp32 accumulator), the
+//     online softmax and P quantised to e4m3 in registers, and hands P and the softmax state to the other
+//     warpgroup through the stage's RoPE tile. Both run PV for every block, each for its 256-column half of O
+//     (8 chunks of 2 QGMMA m64n32k32, A from registers, each chunk folded into O~ in fp32), in block order.
+//     mainloop.cuh, softmax.cuh, exchange.cuh, epilogue.cuh.
 //   WG2 (producer, PRODUCER_REGS = 72): lane 0 of warp 0 issues TMA (query tile once per piece, 41216 B per
 //     page), the four warps transpose V into K-major V^T buffers and zero the tail of the last block.
 //     producer.cuh.
-// Pipeline: 3 KV stages (content, RoPE, scales: kv_full by TMA bytes, kv_empty when both softmaxes and the
-// transpose are done) and 2 V^T buffers (vt_full by the transposer, vt_empty when both PVs retired); query tile
+// Pipeline: 3 KV stages (content, RoPE, scales: kv_full by TMA bytes; xchg_full when the owner's hand-off is in
+// the RoPE tile; kv_empty when the hand-off was written and read and the transpose is done) and 2 V^T buffers
+// (vt_full by the transposer, vt_empty when both PVs retired); query tile
 // q_full / q_empty once per piece. Barrier phases come from one running block index shared by all roles.
 // Shared memory: 40 KB Q + 3 x 40.25 KB KV stages + 2 x 32 KB V^T = 225 KB (traits.h).
 // Bytes per block: 41216 (the page, nothing else). FLOPs per block and 64-row tile: 2 x 64 x 64 x 512 FP8 for
-// QK (done by both math warpgroups: 2x the tensor work of QK) + 2 x 64 x 64 x 512 FP8 for PV + 2 x 64 x 64 x 64
-// BF16 for RoPE (twice as well).
+// QK + 2 x 64 x 64 x 512 FP8 for PV + 2 x 64 x 64 x 64 BF16 for RoPE, each done once.
 #pragma once
 
 #include "kernels/sm90/common/mbarrier.cuh"
@@ -40,6 +42,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_kernel(cons
     for (int i = 0; i < KV_STAGES; ++i) {
       mbarrier_init(&ss.kv_full[i], 1);
       mbarrier_init(&ss.kv_empty[i], MATH_THREADS + WG_THREADS);
+      mbarrier_init(&ss.xchg_full[i], WG_THREADS);
     }
 #pragma unroll
     for (int i = 0; i < VT_STAGES; ++i) {

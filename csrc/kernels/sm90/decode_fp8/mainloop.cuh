@@ -1,14 +1,19 @@
-// Math warpgroups (WG0, WG1) of the decode kernel. Both compute the full 64x64 QK of every block (the same
-// instructions on the same data, so both hold bit-identical softmax state and P without exchanging anything);
-// warpgroup wg then accumulates O~[:, 256wg .. 256wg+255] += P8 * V8, A (P) from registers, B from the V^T
-// buffer the producer wrote.
+// Math warpgroups (WG0, WG1) of the decode kernel. The blocks a CTA walks are dealt out by the parity of their
+// running index: WG(n % 2) owns block n and computes its QK and softmax alone, then hands P and the softmax
+// state to the other warpgroup through shared memory (exchange.cuh). Both warpgroups run PV for every block,
+// warpgroup wg for O~[:, 256wg .. 256wg+255], in increasing block order (A = P from registers, B = V^T).
 //
-// Per block n of a piece (blocks walked in increasing order by both warpgroups):
+// Per own block n of a piece (the owner of n - 1, if it is in the piece, is the other warpgroup):
 //   wait kv_full -> 16 x QGMMA m64n64k32 (Q8 . K8, 512 dims) + 4 x HGMMA m64n64k16 (RoPE) -> retire
-//   (q_empty after the piece's last QK) -> softmax (reads the stage's k_scales, then kv_empty) -> P to e4m3
-//   -> wait vt_full -> PV in 8 chunks of 32 output columns, each 2 x QGMMA m64n32k32 into a fresh accumulator
-//   (two of them, so chunk c+1 runs while chunk c is folded in) -> O~ = O~ * scale + chunk (FFMA, fp32)
-//   -> vt_empty.
+//   -> softmax half 1 (logits, row maxima) -> wait the hand-off of n - 1 (its state) -> softmax half 2
+//   -> P to e4m3 -> hand-off of n (publish, xchg_full, kv_empty) -> P of n - 1 from the hand-off (kv_empty)
+//   -> PV(n - 1) -> PV(n); after the piece's last own block, PV of a trailing block of the other warpgroup.
+// The chain between the warpgroups is only softmax -> hand-off -> softmax: while one runs its softmax the
+// other's QK or PV keeps the tensor cores busy, and QK is computed once per block (it was computed by both
+// warpgroups before 2026-11-29, which doubled the QK tensor work and its shared-memory reads).
+//
+// PV per block runs in 8 chunks of 32 output columns, each 2 x QGMMA m64n32k32 into a fresh accumulator (two of
+// them, so chunk c+1 runs while chunk c is folded in) -> O~ = O~ * scale + chunk (FFMA, fp32) -> vt_empty.
 //
 // Why PV is not accumulated in place: an FP8 WGMMA adds into its fp32 accumulator with only ~14 significant
 // bits (the limit DeepSeek-V3 reports for Hopper FP8 GEMMs). O~ grows with every block while one block adds
@@ -17,12 +22,14 @@
 // tokens in one piece). Each block's P8 . V8 (64 tokens) is now summed by the tensor core alone and added to O~
 // in fp32 by the CUDA cores, which also folds the O~ rescale into the same FFMA.
 //
-// Registers per thread: O~ 128 + S 32 (dead during PV) + 2 x 16 PV chunks + P 8 + row state, within MATH_REGS.
+// Registers per thread: O~ 128 + S 32 + k scales 16 during the softmax; O~ 128 + 2 x 8 P + 2 x 16 PV chunks
+// during PV; within MATH_REGS.
 #pragma once
 
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/wgmma.cuh"
 #include "kernels/sm90/decode_fp8/epilogue.cuh"
+#include "kernels/sm90/decode_fp8/exchange.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
 #include "kernels/sm90/decode_fp8/softmax.cuh"
 #include "kernels/sm90/decode_fp8/traits.h"
@@ -53,8 +60,9 @@ __device__ __forceinline__ void issue_qk(float (&s)[32], const SharedStorage& ss
   }
 }
 
-// QK of the block, retired. The stage stays held until the softmax has read its k_scales (kv_empty in run_math).
-__device__ __forceinline__ void qk_block(float (&s)[32], SharedStorage& ss, int block_idx, bool last_of_piece) {
+// QK of the block, retired. The stage stays held until the hand-off of the block was read (kv_empty).
+// release_q: this is the warpgroup's last QK of the piece, so its use of the query tile ends here.
+__device__ __forceinline__ void qk_block(float (&s)[32], SharedStorage& ss, int block_idx, bool release_q) {
   const int stage = block_idx % KV_STAGES;
   mbarrier_wait(&ss.kv_full[stage], (block_idx / KV_STAGES) & 1);
   wgmma_fence_operands(s);
@@ -63,7 +71,7 @@ __device__ __forceinline__ void qk_block(float (&s)[32], SharedStorage& ss, int 
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_fence_operands(s);
-  if (last_of_piece) mbarrier_arrive(&ss.q_empty);
+  if (release_q) mbarrier_arrive(&ss.q_empty);
 }
 
 // One 32-column chunk of this warpgroup's PV: V^T rows 256wg + 32c .. +31 (64 B each, Swizzle-64B, 512 B per
@@ -122,24 +130,45 @@ __device__ __forceinline__ void pv_block(float (&o)[128], uint32_t (&p)[8], cons
   mbarrier_arrive(&ss.vt_empty[vbuf]);
 }
 
+// The other warpgroup's block n, in two steps: wait for its hand-off and take the state after it and its fold
+// scale (needed by the softmax of the next block), then, with no WGMMA in flight and after this warpgroup's own
+// softmax (register pressure: S and the k scales are dead by then), its P; the stage then goes back to the
+// producer.
+__device__ __forceinline__ void take_handoff_state(SharedStorage& ss, int n, int row0, RowState (&st)[2],
+                                                   float (&o_scale)[2]) {
+  const int stage = n % KV_STAGES;
+  mbarrier_wait(&ss.xchg_full[stage], (n / KV_STAGES) & 1);
+  read_block_state(smem_u32(ss.kv_rope[stage]), row0, st, o_scale);
+}
+
+__device__ __forceinline__ void take_handoff_p(SharedStorage& ss, int n, int tid, uint32_t (&p)[8]) {
+  const int stage = n % KV_STAGES;
+  read_block_p(smem_u32(ss.kv_rope[stage]), tid, p);
+  // The next TMA load of the stage overwrites the hand-off: order these reads (and, for the owner, its
+  // writes) before the async proxy's writes.
+  fence_proxy_async_smem();
+  mbarrier_arrive(&ss.kv_empty[stage]);
+}
+
 __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedRow& row, int wg) {
   const DecodeParams& p = kp.p;
-  const int warp = (threadIdx.x / 32) % 4;
-  const int lane = threadIdx.x % 32;
+  const int tid = threadIdx.x % WG_THREADS;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
   const int t = lane % 4;
+  const int row0 = 16 * warp + lane / 4;
   const int m_tile = blockIdx.x;
   const float q_mul_common = p.softmax_scale * LOG2E;
   const bool live_rows = m_tile * BLOCK_M + 16 * warp < p.q_rows;  // warp-uniform
 
-  int block_idx = 0;
-  int piece_idx = 0;
-  for (int req = row.begin_req; req <= row.end_req; ++req, ++piece_idx) {
+  int block_idx = 0;  // running index of the piece's first block
+  for (int req = row.begin_req; req <= row.end_req; ++req) {
     const Piece pc = make_piece(p, row, req);
     float q_mul[2];
     int limit[2];  // visible tokens of the row: causal query token s sees 0 .. seqlen - s_q + s
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int q_row = m_tile * BLOCK_M + 16 * warp + lane / 4 + 8 * r;
+      const int q_row = m_tile * BLOCK_M + row0 + 8 * r;
       const bool valid = q_row < p.q_rows;
       const float qs = valid ? p.q_scale[static_cast<int64_t>(req) * p.q_scale_batch_stride + q_row] : 0.f;  // (b, q_rows)
       q_mul[r] = qs * q_mul_common;
@@ -150,22 +179,56 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
 
-    mbarrier_wait(&ss.q_full, piece_idx & 1);
-    if (pc.blk_begin == pc.blk_end) mbarrier_arrive(&ss.q_empty);
-    // A warp whose 16 rows are all padding (rows >= q_rows: 48 of the 64 at h_q = 16) skips the softmax and
-    // the packing: its P stays 0 and its O~ rows stay 0 (never stored).
-    uint32_t p_blk[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++block_idx) {
+    // Local block j of the piece is running block block_idx + j, owned by warpgroup (block_idx + j) % 2.
+    const int n_blocks = pc.blk_end - pc.blk_begin;
+    const int first_own = (block_idx & 1) == wg ? 0 : 1;
+    mbarrier_wait(&ss.q_full, (req - row.begin_req) & 1);  // one query tile per piece
+    if (first_own >= n_blocks) mbarrier_arrive(&ss.q_empty);  // no QK of this warpgroup in the piece
+    for (int j = first_own; j < n_blocks; j += 2) {
+      const int n = block_idx + j;
+      const int stage = n % KV_STAGES;
       float s[32];
-      qk_block(s, ss, block_idx, blk + 1 == pc.blk_end);
+      qk_block(s, ss, n, j + 2 >= n_blocks);
+      const int blk = pc.blk_begin + j;
       const int n_vis[2] = {limit[0] - blk * BLOCK_N, limit[1] - blk * BLOCK_N};
+      // A warp whose 16 rows are all padding (rows >= q_rows: 48 of the 64 at h_q = 16) skips the softmax and
+      // the packing: its P stays 0 and its O~ rows stay 0 (never stored).
+      float ks[16], mx[2];
+      if (live_rows) softmax_logits(s, ss.kv_scale[stage], q_mul, n_vis, t, ks, mx);
+      // The previous block (the other warpgroup's) gives the state this block starts from.
+      float o_scale_prev[2] = {1.f, 1.f};
+      if (j > 0) take_handoff_state(ss, n - 1, row0, st, o_scale_prev);
       float o_scale[2] = {1.f, 1.f};
-      if (live_rows) softmax_block(s, ss.kv_scale[block_idx % KV_STAGES], q_mul, n_vis, t, st, o_scale);
-      mbarrier_arrive(&ss.kv_empty[block_idx % KV_STAGES]);
-      if (live_rows) pack_p(s, st, p_blk);
-      pv_block(o, p_blk, o_scale, ss, block_idx, wg, live_rows);
+      {
+        uint32_t p_blk[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (live_rows) {
+          softmax_probs(s, ks, mx, n_vis, t, st, o_scale);
+          pack_p(s, st, p_blk);
+        }
+        publish_block(smem_u32(ss.kv_rope[stage]), p_blk, st, o_scale, tid, row0, t == 0);
+        mbarrier_arrive(&ss.xchg_full[stage]);
+      }
+      if (j > 0) {
+        uint32_t p_prev[8];
+        take_handoff_p(ss, n - 1, tid, p_prev);
+        pv_block(o, p_prev, o_scale_prev, ss, n - 1, wg, live_rows);
+      }
+      // The own P is read back from the hand-off rather than kept in 8 registers across PV(n - 1).
+      uint32_t p_own[8];
+      take_handoff_p(ss, n, tid, p_own);
+      pv_block(o, p_own, o_scale, ss, n, wg, live_rows);
     }
-    store_piece(p, pc, m_tile, wg, warp, lane, o, st);
+    // A last block owned by the other warpgroup: its hand-off carries the final state of the piece.
+    if (n_blocks > 0 && ((block_idx + n_blocks - 1) & 1) != wg) {
+      const int n = block_idx + n_blocks - 1;
+      float o_scale_last[2];
+      uint32_t p_last[8];
+      take_handoff_state(ss, n, row0, st, o_scale_last);
+      take_handoff_p(ss, n, tid, p_last);
+      pv_block(o, p_last, o_scale_last, ss, n, wg, live_rows);
+    }
+    block_idx += n_blocks;
+    store_piece(p, req, piece_split(p, row, req), m_tile, wg, warp, lane, o, st);
   }
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "common/params.h"
+#include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sched/sched_meta.h"
 #include "kernels/sm90/decode_fp8/config.h"
 
@@ -15,8 +16,9 @@ struct SchedRow {
   int begin_req, end_req;
 };
 
+// Rebuilt at each use (opaque) rather than kept as a 64-bit pointer across the math warpgroups' block loop.
 __device__ __forceinline__ const int* sched_meta_row(const DecodeParams& p) {
-  return p.tile_scheduler_metadata + blockIdx.y * sched::SCHED_META_INTS;  // (num_sm_parts, 8)
+  return p.tile_scheduler_metadata + opaque(static_cast<int>(blockIdx.y)) * sched::SCHED_META_INTS;  // (num_sm_parts, 8)
 }
 
 __device__ __forceinline__ SchedRow load_sched_row(const DecodeParams& p) {
@@ -32,6 +34,11 @@ struct Piece {
   int seqlen;  // clamped to the block table's capacity, so no page id past it is ever read
 };
 
+// Index of the request's piece that starts this schedule row (the first request may continue a split one).
+__device__ __forceinline__ int piece_split(const DecodeParams& p, const SchedRow& row, int req) {
+  return req == row.begin_req ? sched_meta_row(p)[sched::BEGIN_SPLIT] : 0;
+}
+
 __device__ __forceinline__ Piece make_piece(const DecodeParams& p, const SchedRow& row, int req) {
   const int* meta = sched_meta_row(p);
   const int capacity = p.max_pages_per_req * BLOCK_N;
@@ -41,7 +48,7 @@ __device__ __forceinline__ Piece make_piece(const DecodeParams& p, const SchedRo
   blk_end = min(blk_end, n_blocks);
   const bool first = req == row.begin_req;
   const int blk_begin = min(first ? meta[sched::BEGIN_BLOCK] : 0, blk_end);
-  return Piece{req, blk_begin, blk_end, first ? meta[sched::BEGIN_SPLIT] : 0, seqlen};
+  return Piece{req, blk_begin, blk_end, piece_split(p, row, req), seqlen};
 }
 
 }  // namespace snapmla::sm90::decode_fp8

@@ -60,16 +60,18 @@ __device__ __forceinline__ uint32_t pack_e4m3x4(float v0, float v1, float v2, fl
   return r;
 }
 
-// s: the thread's QK accumulator (32 fp32, fragment layout of wgmma.cuh), consumed.
-// k_scale: the block's 64 per-token scales in shared memory (the thread reads its 16 columns as float2).
-// q_mul[r]: q_scale * softmax_scale * log2 e of row r; n_vis[r]: visible tokens of row r in this block
-// (<= 0: none, >= 64: all).
-// Out: s holds p'_j (0 where masked), st the updated state, o_scale[r] the factor for O~ before this PV.
-__device__ __forceinline__ void softmax_block(float (&s)[32], const float (&k_scale)[BLOCK_N], const float (&q_mul)[2],
-                                              const int (&n_vis)[2], int t, RowState (&st)[2], float (&o_scale)[2]) {
-  float ks[16];  // ks[2i + e]: scale of column 8i + 2t + e
+// The softmax of a block runs in two halves so that the owner of a block (mainloop.cuh) can compute its logits
+// and row maxima before it has the state of the previous block, which the other math warpgroup may still be
+// producing.
+//
+// Half 1. s: the thread's QK accumulator (32 fp32, fragment layout of wgmma.cuh), turned into base-2 logits
+// (-inf where masked). k_scale: the block's 64 per-token scales in shared memory (the thread reads its 16
+// columns as float2 into ks). q_mul[r]: q_scale * softmax_scale * log2 e of row r; n_vis[r]: visible tokens of
+// row r in this block (<= 0: none, >= 64: all). mx[r]: the row's block maximum (-inf when nothing is visible).
+__device__ __forceinline__ void softmax_logits(float (&s)[32], const float (&k_scale)[BLOCK_N], const float (&q_mul)[2],
+                                               const int (&n_vis)[2], int t, float (&ks)[16], float (&mx)[2]) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < 8; ++i) {  // ks[2i + e]: scale of column 8i + 2t + e
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
                  : "=f"(ks[2 * i]), "=f"(ks[2 * i + 1])
                  : "r"(smem_u32(&k_scale[8 * i + 2 * t])));
@@ -78,18 +80,28 @@ __device__ __forceinline__ void softmax_block(float (&s)[32], const float (&k_sc
   for (int r = 0; r < 2; ++r) {
     // Column 8i + 2t + e is visible iff 8i + e < n_vis - 2t: one register, immediates for the 16 columns.
     const int vis_lim = n_vis[r] - 2 * t;
-    float mx = -INFINITY;
+    float m = -INFINITY;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const float x = s[4 * i + 2 * r + e] * q_mul[r] * ks[2 * i + e];
         s[4 * i + 2 * r + e] = 8 * i + e < vis_lim ? x : -INFINITY;
-        mx = fmaxf(mx, s[4 * i + 2 * r + e]);
+        m = fmaxf(m, s[4 * i + 2 * r + e]);
       }
     }
-    mx = quad_max(mx);
-    const float m_new = fmaxf(st[r].m, mx);
+    mx[r] = quad_max(m);
+  }
+}
+
+// Half 2, given st = the state after the previous block of the piece. Out: s holds p'_j (0 where masked), st
+// the state after this block, o_scale[r] the factor O~ takes before this block's PV is added.
+__device__ __forceinline__ void softmax_probs(float (&s)[32], const float (&ks)[16], const float (&mx)[2],
+                                              const int (&n_vis)[2], int t, RowState (&st)[2], float (&o_scale)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int vis_lim = n_vis[r] - 2 * t;
+    const float m_new = fmaxf(st[r].m, mx[r]);
     const float m_use = m_new == -INFINITY ? 0.f : m_new;
     float e_sum = 0.f, p_max = 0.f;
 #pragma unroll
@@ -118,7 +130,7 @@ __device__ __forceinline__ void softmax_block(float (&s)[32], const float (&k_sc
   }
 }
 
-// p8 = e4m3(p' * inv) packed into the A fragments of the two PV k-steps. Kept apart from softmax_block: it
+// p8 = e4m3(p' * inv) packed into the A fragments of the two PV k-steps. Kept apart from softmax_probs: it
 // defines the A registers of a WGMMA, which must not happen while another WGMMA is in flight (ptxas would
 // serialise every WGMMA of the kernel, C7513), so the caller runs it after the previous PV retired.
 __device__ __forceinline__ void pack_p(const float (&s)[32], const RowState (&st)[2], uint32_t (&p)[8]) {

@@ -33,10 +33,10 @@ static_assert(KvTraits<__nv_fp8_e4m3>::ELEM_BYTES == kvl::CONTENT_ELEM_BYTES, "k
 //   q_content   32768  (4 tiles: 64 rows x 128 B, Swizzle-128B)
 //   q_rope       8192  (64 rows x 64 bf16, Swizzle-128B)
 //   kv_content  98304  (3 stages x 4 tiles: 64 tokens x 128 B, Swizzle-128B)
-//   kv_rope     24576  (3 stages x 64 tokens x 64 bf16, Swizzle-128B)
+//   kv_rope     24576  (3 stages x 64 tokens x 64 bf16, Swizzle-128B; after the QK, the block's hand-off)
 //   vt          65536  (2 buffers x 512 dims x 64 tokens, K-major Swizzle-64B, tokens permuted: see producer.cuh)
 //   kv_scale      768  (3 stages x 64 fp32)
-//   barriers       96
+//   barriers      120
 struct alignas(1024) SharedStorage {
   uint8_t q_content[CONTENT_TILES][Q_CONTENT_TILE_BYTES];
   uint8_t q_rope[BLOCK_M * D_ROPE * 2];
@@ -45,11 +45,13 @@ struct alignas(1024) SharedStorage {
   uint8_t vt[VT_STAGES][D_V * BLOCK_N];
   float kv_scale[KV_STAGES][BLOCK_N];
   uint64_t kv_full[KV_STAGES];   // TMA: KV_STAGE_TX_BYTES, one arrival (the issuing thread)
-  uint64_t kv_empty[KV_STAGES];  // MATH_THREADS + WG_THREADS arrivals (QK + softmax read it, transpose read it)
+  uint64_t kv_empty[KV_STAGES];  // MATH_THREADS + WG_THREADS arrivals: the block's owner (hand-off written), the
+                                 // other math warpgroup (hand-off read), the transposer
+  uint64_t xchg_full[KV_STAGES]; // WG_THREADS arrivals: the owner wrote the hand-off into kv_rope (exchange.cuh)
   uint64_t vt_full[VT_STAGES];   // WG_THREADS arrivals (transposer threads, after fence.proxy.async)
   uint64_t vt_empty[VT_STAGES];  // MATH_THREADS arrivals (PV retired)
   uint64_t q_full;               // TMA: Q_TX_BYTES, one arrival
-  uint64_t q_empty;              // MATH_THREADS arrivals (last QK of the piece retired)
+  uint64_t q_empty;              // MATH_THREADS arrivals (each math warpgroup's last QK of the piece retired)
 };
 
 // Dynamic shared memory requested at launch: the struct plus slack to align the base to 1024 B.
