@@ -194,7 +194,13 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
       // A warp whose 16 rows are all padding (rows >= q_rows: 48 of the 64 at h_q = 16) skips the softmax and
       // the packing: its P stays 0 and its O~ rows stay 0 (never stored).
       float ks[16], mx[2];
-      if (live_rows) softmax_logits(s, ss.kv_scale[stage], q_mul, n_vis, t, ks, mx);
+      const bool whole = n_vis[0] >= BLOCK_N && n_vis[1] >= BLOCK_N;
+      if (live_rows) {
+        if (whole)
+          softmax_logits<false>(s, ss.kv_scale[stage], q_mul, n_vis, t, ks, mx);
+        else
+          softmax_logits<true>(s, ss.kv_scale[stage], q_mul, n_vis, t, ks, mx);
+      }
       // The previous block (the other warpgroup's) gives the state this block starts from.
       float o_scale_prev[2] = {1.f, 1.f};
       if (j > 0) take_handoff_state(ss, n - 1, row0, st, o_scale_prev);
@@ -202,7 +208,10 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
       {
         uint32_t p_blk[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         if (live_rows) {
-          softmax_probs(s, ks, mx, n_vis, t, st, o_scale);
+          if (whole)
+            softmax_probs<false>(s, ks, mx, n_vis, t, st, o_scale);
+          else
+            softmax_probs<true>(s, ks, mx, n_vis, t, st, o_scale);
           pack_p(s, st, p_blk);
         }
         publish_block(smem_u32(ss.kv_rope[stage]), p_blk, st, o_scale, tid, row0, t == 0);

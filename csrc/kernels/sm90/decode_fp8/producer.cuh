@@ -126,7 +126,9 @@ __device__ __forceinline__ void sts_u128(uint32_t addr, uint32_t a, uint32_t b, 
 }
 
 // One warp: content tile `tile` of a stage -> V^T rows 128*tile .. +127. n_valid = tokens of the block inside
-// the sequence (64 except in the last block). src / vt are shared-memory addresses.
+// the sequence (64 except in the last block; MASKED = false skips the 64 selects when it is 64).
+// src / vt are shared-memory addresses.
+template <bool MASKED>
 __device__ __forceinline__ void transpose_tile(uint32_t src,  // (64 tokens x 128 B) Swizzle-128B
                                                uint32_t vt,   // (512 dims x 64 B) Swizzle-64B
                                                int tile, int lane, int n_valid) {
@@ -150,7 +152,7 @@ __device__ __forceinline__ void transpose_tile(uint32_t src,  // (64 tokens x 12
         // Swizzle-128B: the 16-B chunk index (s) is XORed with the row index mod 8 (= tok_in_chunk % 8).
         const uint32_t off = tok_in_chunk * SWIZZLE_ROW_BYTES + ((s ^ (tok_in_chunk & 7)) << 4);
         const uint32_t v = lds_u32(src_chunk + off);
-        x[j] = 16 * cc + tok_in_chunk < n_valid ? v : 0u;
+        x[j] = !MASKED || 16 * cc + tok_in_chunk < n_valid ? v : 0u;
       }
       uint32_t col[4];
       transpose_4x4_bytes(x[0], x[1], x[2], x[3], col);
@@ -201,8 +203,11 @@ __device__ void run_producer(const KernelParams& kp, SharedStorage& ss, const Sc
       const int vbuf = block_idx % VT_STAGES;
       wait(&ss.kv_full[stage], (block_idx / KV_STAGES) & 1, block_idx);
       wait(&ss.vt_empty[vbuf], ((block_idx / VT_STAGES) & 1) ^ 1, block_idx);
-      transpose_tile(smem_u32(ss.kv_content[stage][warp]), smem_u32(ss.vt[vbuf]), warp, lane,
-                     pc.seqlen - blk * BLOCK_N);
+      const int n_valid = pc.seqlen - blk * BLOCK_N;
+      if (n_valid >= BLOCK_N)
+        transpose_tile<false>(smem_u32(ss.kv_content[stage][warp]), smem_u32(ss.vt[vbuf]), warp, lane, n_valid);
+      else
+        transpose_tile<true>(smem_u32(ss.kv_content[stage][warp]), smem_u32(ss.vt[vbuf]), warp, lane, n_valid);
       fence_proxy_async_smem();
       mbarrier_arrive(&ss.vt_full[vbuf]);
       mbarrier_arrive(&ss.kv_empty[stage]);
