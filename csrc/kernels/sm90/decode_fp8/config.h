@@ -40,6 +40,9 @@ inline constexpr int NUM_THREADS = (NUM_MATH_WG + 1) * WG_THREADS;  // 384
 inline constexpr int D_V_PER_WG = D_V / NUM_MATH_WG;      // 256 output columns per math warpgroup
 inline constexpr int TRANSPOSE_WARPS = WG_THREADS / 32;   // 4: warp w transposes content tile w
 inline constexpr int PV_CHUNKS = D_V_PER_WG / PV_CHUNK_N;  // 8
+// Transposer warps writing one math warpgroup's half of V^T, and their threads (the vt_full arrival count).
+inline constexpr int VT_HALF_WARPS = TRANSPOSE_WARPS / NUM_MATH_WG;  // 2
+inline constexpr int VT_HALF_WRITERS = VT_HALF_WARPS * 32;            // 64
 
 // Register split (setmaxnreg): O~ (128 fp32) + S (32, dead during PV) or two PV chunk accumulators (2 x 16) +
 // P (8) + softmax state and addresses per math thread; the producer holds 16 loaded words and 16 transposed
@@ -65,6 +68,7 @@ static_assert(KV_STAGE_TX_BYTES == kvl::PAGE_BYTES, "a stage is exactly one page
 static_assert(BLOCK_M == 64 && BLOCK_N == 64, "the WGMMA M is 64 and the fragment maths assumes 64-token blocks");
 static_assert(D_V_PER_WG % PV_CHUNK_N == 0 && PV_CHUNK_N % 8 == 0, "PV chunks tile the warpgroup's columns");
 static_assert(CONTENT_TILES == TRANSPOSE_WARPS, "one transposer warp per 128-dim content tile");
+static_assert(VT_HALF_WARPS * SWIZZLE_ROW_BYTES == D_V_PER_WG, "a warpgroup's V^T half is whole transposer tiles");
 static_assert(D_ROPE * 2 == SWIZZLE_ROW_BYTES, "the RoPE row is one 128-B swizzle row");
 
 // Arrival counts of the barriers (every thread of the role arrives; see traits.h).

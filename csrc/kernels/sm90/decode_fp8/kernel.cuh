@@ -15,7 +15,8 @@
 //     producer.cuh.
 // Pipeline: 3 KV stages (content, RoPE, scales: kv_full by TMA bytes; xchg_full when the owner's hand-off is in
 // the RoPE tile; kv_empty when the hand-off was written and read and the transpose is done) and 2 V^T buffers
-// (vt_full by the transposer, vt_empty when both PVs retired); query tile
+// (vt_full / vt_empty per 256-row half: the two transposer warps of a half, the PV of the warpgroup reading
+// it); query tile
 // q_full / q_empty once per piece. Barrier phases come from one running block index shared by all roles.
 // Shared memory: 40 KB Q + 3 x 40.25 KB KV stages + 2 x 32 KB V^T = 225 KB (traits.h).
 // Bytes per block: 41216 (the page, nothing else). FLOPs per block and 64-row tile: 2 x 64 x 64 x 512 FP8 for
@@ -46,8 +47,11 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_kernel(cons
     }
 #pragma unroll
     for (int i = 0; i < VT_STAGES; ++i) {
-      mbarrier_init(&ss.vt_full[i], WG_THREADS);
-      mbarrier_init(&ss.vt_empty[i], MATH_THREADS);
+#pragma unroll
+      for (int h = 0; h < NUM_MATH_WG; ++h) {
+        mbarrier_init(&ss.vt_full[i][h], VT_HALF_WRITERS);
+        mbarrier_init(&ss.vt_empty[i][h], WG_THREADS);
+      }
     }
     mbarrier_init(&ss.q_full, 1);
     mbarrier_init(&ss.q_empty, MATH_THREADS);

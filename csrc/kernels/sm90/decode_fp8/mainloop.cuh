@@ -105,7 +105,7 @@ __device__ __forceinline__ void fold_chunk(float (&o)[128], const float (&acc)[1
 __device__ __forceinline__ void pv_block(float (&o)[128], uint32_t (&p)[8], const float (&o_scale)[2],
                                          SharedStorage& ss, int block_idx, int wg, bool live_rows) {
   const int vbuf = block_idx % VT_STAGES;
-  mbarrier_wait(&ss.vt_full[vbuf], (block_idx / VT_STAGES) & 1);
+  mbarrier_wait(&ss.vt_full[vbuf][wg], (block_idx / VT_STAGES) & 1);
   const uint32_t vt_base = smem_u32(ss.vt[vbuf]) + wg * D_V_PER_WG * BLOCK_N;
   float acc[2][16];
   wgmma_fence_operands(p);
@@ -127,7 +127,7 @@ __device__ __forceinline__ void pv_block(float (&o)[128], uint32_t (&p)[8], cons
     if (live_rows) fold_chunk(o, acc[c % 2], o_scale, c);
   }
   wgmma_fence_operands(p);
-  mbarrier_arrive(&ss.vt_empty[vbuf]);
+  mbarrier_arrive(&ss.vt_empty[vbuf][wg]);
 }
 
 // The other warpgroup's block n, in two steps: wait for its hand-off and take the state after it and its fold

@@ -102,17 +102,19 @@ struct TmaLoader {
   }
 };
 
-// out[i] = byte i of each of x0..x3, in that order: a 4x4 byte transpose (8 PRMT).
+// out[i ^ swap] = byte i of each of x0..x3, in that order: a 4x4 byte transpose (8 PRMT), with the output pairs
+// (0, 1) and (2, 3) exchanged when swap = 1. The exchange costs nothing: it is in the selectors of the last 4
+// PRMTs, which the caller computes once (sel_even = swap ? 0x7632 : 0x5410, sel_odd the other one).
 __device__ __forceinline__ void transpose_4x4_bytes(uint32_t x0, uint32_t x1, uint32_t x2, uint32_t x3,
-                                                    uint32_t (&out)[4]) {
+                                                    uint32_t sel_even, uint32_t sel_odd, uint32_t (&out)[4]) {
   const uint32_t t01_lo = __byte_perm(x0, x1, 0x5140);  // x0.b0 x1.b0 x0.b1 x1.b1
   const uint32_t t01_hi = __byte_perm(x0, x1, 0x7362);  // x0.b2 x1.b2 x0.b3 x1.b3
   const uint32_t t23_lo = __byte_perm(x2, x3, 0x5140);
   const uint32_t t23_hi = __byte_perm(x2, x3, 0x7362);
-  out[0] = __byte_perm(t01_lo, t23_lo, 0x5410);
-  out[1] = __byte_perm(t01_lo, t23_lo, 0x7632);
-  out[2] = __byte_perm(t01_hi, t23_hi, 0x5410);
-  out[3] = __byte_perm(t01_hi, t23_hi, 0x7632);
+  out[0] = __byte_perm(t01_lo, t23_lo, sel_even);  // bytes 0 (0x5410) or 1 (0x7632) of x0..x3
+  out[1] = __byte_perm(t01_lo, t23_lo, sel_odd);
+  out[2] = __byte_perm(t01_hi, t23_hi, sel_even);
+  out[3] = __byte_perm(t01_hi, t23_hi, sel_odd);
 }
 
 __device__ __forceinline__ uint32_t lds_u32(uint32_t addr) {
@@ -137,6 +139,8 @@ __device__ __forceinline__ void transpose_tile(uint32_t src,  // (64 tokens x 12
   lane = opaque(lane);
   const int s = lane / 4, c = lane % 4;
   const bool swap_pairs = s & 1;
+  const uint32_t sel_even = swap_pairs ? 0x7632u : 0x5410u;
+  const uint32_t sel_odd = swap_pairs ? 0x5410u : 0x7632u;
   const uint32_t src_lane = src + c * 4;
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
@@ -155,7 +159,7 @@ __device__ __forceinline__ void transpose_tile(uint32_t src,  // (64 tokens x 12
         x[j] = !MASKED || 16 * cc + tok_in_chunk < n_valid ? v : 0u;
       }
       uint32_t col[4];
-      transpose_4x4_bytes(x[0], x[1], x[2], x[3], col);
+      transpose_4x4_bytes(x[0], x[1], x[2], x[3], sel_even, sel_odd, col);  // col[i] = dim i ^ swap_pairs
 #pragma unroll
       for (int i = 0; i < 4; ++i) y[i][t] = col[i];
     }
@@ -165,8 +169,7 @@ __device__ __forceinline__ void transpose_tile(uint32_t src,  // (64 tokens x 12
       const int d = 128 * tile + 16 * s + 4 * c + ii;
       // Swizzle-64B: 16-B chunk index XOR (row / 2) % 4.
       const uint32_t off = d * BLOCK_N + ((cc ^ ((d >> 1) & 3)) << 4);
-      sts_u128(vt + off, swap_pairs ? y[i ^ 1][0] : y[i][0], swap_pairs ? y[i ^ 1][1] : y[i][1],
-               swap_pairs ? y[i ^ 1][2] : y[i][2], swap_pairs ? y[i ^ 1][3] : y[i][3]);
+      sts_u128(vt + off, y[i][0], y[i][1], y[i][2], y[i][3]);  // y[i] holds dim ii
     }
   }
 }
@@ -174,6 +177,7 @@ __device__ __forceinline__ void transpose_tile(uint32_t src,  // (64 tokens x 12
 __device__ void run_producer(const KernelParams& kp, SharedStorage& ss, const SchedRow& row) {
   const DecodeParams& p = kp.p;
   const int warp = (threadIdx.x / 32) % TRANSPOSE_WARPS;
+  const int half = warp / VT_HALF_WARPS;  // the V^T half (math warpgroup) this warp writes
   const int lane = threadIdx.x % 32;
   const bool tma_thread = threadIdx.x % WG_THREADS == 0;
   const int m_tile = blockIdx.x;
@@ -202,14 +206,14 @@ __device__ void run_producer(const KernelParams& kp, SharedStorage& ss, const Sc
       const int stage = block_idx % KV_STAGES;
       const int vbuf = block_idx % VT_STAGES;
       wait(&ss.kv_full[stage], (block_idx / KV_STAGES) & 1, block_idx);
-      wait(&ss.vt_empty[vbuf], ((block_idx / VT_STAGES) & 1) ^ 1, block_idx);
+      wait(&ss.vt_empty[vbuf][half], ((block_idx / VT_STAGES) & 1) ^ 1, block_idx);
       const int n_valid = pc.seqlen - blk * BLOCK_N;
       if (n_valid >= BLOCK_N)
         transpose_tile<false>(smem_u32(ss.kv_content[stage][warp]), smem_u32(ss.vt[vbuf]), warp, lane, n_valid);
       else
         transpose_tile<true>(smem_u32(ss.kv_content[stage][warp]), smem_u32(ss.vt[vbuf]), warp, lane, n_valid);
       fence_proxy_async_smem();
-      mbarrier_arrive(&ss.vt_full[vbuf]);
+      mbarrier_arrive(&ss.vt_full[vbuf][half]);
       mbarrier_arrive(&ss.kv_empty[stage]);
       // The stage just transposed is refilled with block block_idx + KV_STAGES once the math warpgroups released it too.
       if (tma_thread) loader.run(kp, ss, row, m_tile, block_idx + 1, block_idx + 1 + KV_STAGES);

@@ -36,7 +36,7 @@ static_assert(KvTraits<__nv_fp8_e4m3>::ELEM_BYTES == kvl::CONTENT_ELEM_BYTES, "k
 //   kv_rope     24576  (3 stages x 64 tokens x 64 bf16, Swizzle-128B; after the QK, the block's hand-off)
 //   vt          65536  (2 buffers x 512 dims x 64 tokens, K-major Swizzle-64B, tokens permuted: see producer.cuh)
 //   kv_scale      768  (3 stages x 64 fp32)
-//   barriers      120
+//   barriers      152
 struct alignas(1024) SharedStorage {
   uint8_t q_content[CONTENT_TILES][Q_CONTENT_TILE_BYTES];
   uint8_t q_rope[BLOCK_M * D_ROPE * 2];
@@ -48,8 +48,10 @@ struct alignas(1024) SharedStorage {
   uint64_t kv_empty[KV_STAGES];  // MATH_THREADS + WG_THREADS arrivals: the block's owner (hand-off written), the
                                  // other math warpgroup (hand-off read), the transposer
   uint64_t xchg_full[KV_STAGES]; // WG_THREADS arrivals: the owner wrote the hand-off into kv_rope (exchange.cuh)
-  uint64_t vt_full[VT_STAGES];   // WG_THREADS arrivals (transposer threads, after fence.proxy.async)
-  uint64_t vt_empty[VT_STAGES];  // MATH_THREADS arrivals (PV retired)
+  // V^T barriers per buffer and per 256-row half (the half math warpgroup wg reads, written by transposer warps
+  // 2wg and 2wg + 1), so each warpgroup's PV waits only for its own half and releases it alone.
+  uint64_t vt_full[VT_STAGES][NUM_MATH_WG];   // VT_HALF_WRITERS arrivals (transposer threads, after fence.proxy.async)
+  uint64_t vt_empty[VT_STAGES][NUM_MATH_WG];  // WG_THREADS arrivals (that warpgroup's PV retired)
   uint64_t q_full;               // TMA: Q_TX_BYTES, one arrival
   uint64_t q_empty;              // MATH_THREADS arrivals (each math warpgroup's last QK of the piece retired)
 };
