@@ -61,7 +61,12 @@ static_assert(MATH_REGS % 8 == 0 && PRODUCER_REGS % 8 == 0, "setmaxnreg takes mu
 inline constexpr int KV_STAGES = 3;
 inline constexpr int VT_STAGES = 2;
 inline constexpr int KV_STAGE_TX_BYTES = CONTENT_TILES * CONTENT_TILE_BYTES + ROPE_TILE_BYTES + BLOCK_N * 4;
-inline constexpr int Q_TX_BYTES = CONTENT_TILES * Q_CONTENT_TILE_BYTES + BLOCK_M * D_ROPE * 2;
+// The query tile: 4 warp slabs of rows_per_warp rows (launch.h), content and RoPE (TMA counts whole boxes).
+inline constexpr int MATH_WARPS_PER_WG = WG_THREADS / 32;  // 4
+__device__ __forceinline__ constexpr int q_tx_bytes(int rows_per_warp) {
+  return MATH_WARPS_PER_WG * rows_per_warp * (CONTENT_TILES * SWIZZLE_ROW_BYTES + D_ROPE * 2);
+}
+static_assert(MATH_WARPS_PER_WG * 16 == BLOCK_M, "each warp of a WGMMA owns 16 accumulator rows");
 static_assert(KV_STAGE_TX_BYTES == kvl::PAGE_BYTES, "a stage is exactly one page: the kernel reads 644 B/token");
 
 // ---- shapes the code relies on ----

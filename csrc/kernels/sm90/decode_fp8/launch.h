@@ -12,6 +12,14 @@ inline constexpr int BLOCK_M = 64;
 
 inline int num_m_tiles(int q_rows) { return (q_rows + BLOCK_M - 1) / BLOCK_M; }
 
+// Query rows each of the 4 math warps of a tile holds, in the first of its 16 accumulator rows (the rest is
+// padding): 16 for full tiles; a tile of fewer than 64 rows spreads them evenly over the warps (h_q = 16,
+// s_q = 1: 4 per warp instead of 16 in warp 0 and none elsewhere), so the softmax and the O~ fold of the live
+// rows run on all four SM sub-partitions, and with at most 8 per warp only one of each thread's two rows is
+// live (half the work per warp). Tile m holds query rows 4 R m .. 4 R m + 4 R - 1, warp w rows 4 R m + R w ..
+// (num_m_tiles is unchanged: R < 16 only when q_rows < 64, a single tile). The query TMA box is R rows.
+__host__ __device__ constexpr int rows_per_warp(int q_rows) { return q_rows >= BLOCK_M ? 16 : (q_rows + 3) / 4; }
+
 // Launches the decode kernel over grid (num_m_tiles(q_rows), num_sm_parts). Writes out/lse for requests done
 // in one piece and o_accum/lse_accum for split ones (the combine kernel runs after, see combine/launch.h).
 void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream);

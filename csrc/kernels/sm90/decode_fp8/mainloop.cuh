@@ -88,12 +88,17 @@ __device__ __forceinline__ void issue_pv_chunk(float (&acc)[16], const uint32_t 
 
 // O~ columns of chunk c (accumulator chunks 4c .. 4c+3 of the m64n256 layout, i.e. o[16c .. 16c+15]) become
 // O~ * o_scale + acc, in fp32.
+// The second rows (o_scale[1]) only when two_rows (warp-uniform; otherwise they are padding, launch.h).
 __device__ __forceinline__ void fold_chunk(float (&o)[128], const float (&acc)[16], const float (&o_scale)[2],
-                                           int c) {
+                                           int c, bool two_rows) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     o[16 * c + 4 * i + 0] = fmaf(o[16 * c + 4 * i + 0], o_scale[0], acc[4 * i + 0]);
     o[16 * c + 4 * i + 1] = fmaf(o[16 * c + 4 * i + 1], o_scale[0], acc[4 * i + 1]);
+  }
+  if (!two_rows) return;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
     o[16 * c + 4 * i + 2] = fmaf(o[16 * c + 4 * i + 2], o_scale[1], acc[4 * i + 2]);
     o[16 * c + 4 * i + 3] = fmaf(o[16 * c + 4 * i + 3], o_scale[1], acc[4 * i + 3]);
   }
@@ -103,7 +108,7 @@ __device__ __forceinline__ void fold_chunk(float (&o)[128], const float (&acc)[1
 // before chunk c is folded; the accumulator a chunk reuses was folded one step earlier. Warps with only padding
 // rows (live_rows false) still take part in every WGMMA but leave O~ alone.
 __device__ __forceinline__ void pv_block(float (&o)[128], uint32_t (&p)[8], const float (&o_scale)[2],
-                                         SharedStorage& ss, int block_idx, int wg, bool live_rows) {
+                                         SharedStorage& ss, int block_idx, int wg, bool live_rows, bool two_rows) {
   const int vbuf = block_idx % VT_STAGES;
   mbarrier_wait(&ss.vt_full[vbuf][wg], (block_idx / VT_STAGES) & 1);
   const uint32_t vt_base = smem_u32(ss.vt[vbuf]) + wg * D_V_PER_WG * BLOCK_N;
@@ -124,7 +129,7 @@ __device__ __forceinline__ void pv_block(float (&o)[128], uint32_t (&p)[8], cons
       wgmma_wait<0>();
     }
     wgmma_fence_operands(acc[c % 2]);
-    if (live_rows) fold_chunk(o, acc[c % 2], o_scale, c);
+    if (live_rows) fold_chunk(o, acc[c % 2], o_scale, c, two_rows);
   }
   wgmma_fence_operands(p);
   mbarrier_arrive(&ss.vt_empty[vbuf][wg]);
@@ -159,7 +164,12 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
   const int row0 = 16 * warp + lane / 4;
   const int m_tile = blockIdx.x;
   const float q_mul_common = p.softmax_scale * LOG2E;
-  const bool live_rows = m_tile * BLOCK_M + 16 * warp < p.q_rows;  // warp-uniform
+  // Query rows of this warp: launch.h rows_per_warp. Warp-uniform: live_rows (any of them is a real query row:
+  // at h_q = 16 every warp holds 4) and two_rows (the thread's second rows r0 + 8 are real rows too).
+  const int rpw = rows_per_warp(p.q_rows);
+  const int warp_q_row0 = (m_tile * MATH_WARPS_PER_WG + warp) * rpw;
+  const bool live_rows = warp_q_row0 < p.q_rows;
+  const bool two_rows = rpw > 8;
 
   int block_idx = 0;  // running index of the piece's first block
   for (int req = row.begin_req; req <= row.end_req; ++req) {
@@ -168,8 +178,8 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
     int limit[2];  // visible tokens of the row: causal query token s sees 0 .. seqlen - s_q + s
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int q_row = m_tile * BLOCK_M + row0 + 8 * r;
-      const bool valid = q_row < p.q_rows;
+      const int q_row = warp_q_row0 + lane / 4 + 8 * r;
+      const bool valid = lane / 4 + 8 * r < rpw && q_row < p.q_rows;
       const float qs = valid ? p.q_scale[static_cast<int64_t>(req) * p.q_scale_batch_stride + q_row] : 0.f;  // (b, q_rows)
       q_mul[r] = qs * q_mul_common;
       limit[r] = p.causal && valid ? pc.seqlen - p.s_q + q_row / p.h_q + 1 : pc.seqlen;
@@ -197,9 +207,9 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
       const bool whole = n_vis[0] >= BLOCK_N && n_vis[1] >= BLOCK_N;
       if (live_rows) {
         if (whole)
-          softmax_logits<false>(s, ss.kv_scale[stage], q_mul, n_vis, t, ks, mx);
+          softmax_logits<false>(s, ss.kv_scale[stage], q_mul, n_vis, t, two_rows, ks, mx);
         else
-          softmax_logits<true>(s, ss.kv_scale[stage], q_mul, n_vis, t, ks, mx);
+          softmax_logits<true>(s, ss.kv_scale[stage], q_mul, n_vis, t, two_rows, ks, mx);
       }
       // The previous block (the other warpgroup's) gives the state this block starts from.
       float o_scale_prev[2] = {1.f, 1.f};
@@ -209,9 +219,9 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
         uint32_t p_blk[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         if (live_rows) {
           if (whole)
-            softmax_probs<false>(s, ks, mx, n_vis, t, st, o_scale);
+            softmax_probs<false>(s, ks, mx, n_vis, t, two_rows, st, o_scale);
           else
-            softmax_probs<true>(s, ks, mx, n_vis, t, st, o_scale);
+            softmax_probs<true>(s, ks, mx, n_vis, t, two_rows, st, o_scale);
           pack_p(s, st, p_blk);
         }
         publish_block(smem_u32(ss.kv_rope[stage]), p_blk, st, o_scale, tid, row0, t == 0);
@@ -220,12 +230,12 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
       if (j > 0) {
         uint32_t p_prev[8];
         take_handoff_p(ss, n - 1, tid, p_prev);
-        pv_block(o, p_prev, o_scale_prev, ss, n - 1, wg, live_rows);
+        pv_block(o, p_prev, o_scale_prev, ss, n - 1, wg, live_rows, two_rows);
       }
       // The own P is read back from the hand-off rather than kept in 8 registers across PV(n - 1).
       uint32_t p_own[8];
       take_handoff_p(ss, n, tid, p_own);
-      pv_block(o, p_own, o_scale, ss, n, wg, live_rows);
+      pv_block(o, p_own, o_scale, ss, n, wg, live_rows, two_rows);
     }
     // A last block owned by the other warpgroup: its hand-off carries the final state of the piece.
     if (n_blocks > 0 && ((block_idx + n_blocks - 1) & 1) != wg) {
@@ -234,7 +244,7 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
       uint32_t p_last[8];
       take_handoff_state(ss, n, row0, st, o_scale_last);
       take_handoff_p(ss, n, tid, p_last);
-      pv_block(o, p_last, o_scale_last, ss, n, wg, live_rows);
+      pv_block(o, p_last, o_scale_last, ss, n, wg, live_rows, two_rows);
     }
     block_idx += n_blocks;
     store_piece(p, req, piece_split(p, row, req), m_tile, wg, warp, lane, o, st);

@@ -78,11 +78,20 @@ struct TmaLoader {
         blk = pc.blk_begin;
         blk_end = pc.blk_end;
         load_page(p);
-        mbarrier_arrive_expect_tx(&ss.q_full, Q_TX_BYTES);
+        // Warp slab w of the tile (shared rows 16w ..) gets query rows (4m + w) R .. + R - 1 (launch.h); rows
+        // past q_rows are zero-filled, shared rows 16w + R .. 16w + 15 are not written (padding rows: each
+        // accumulator row depends on its own query row only, and padding rows are never stored).
+        const int rpw = rows_per_warp(p.q_rows);
+        mbarrier_arrive_expect_tx(&ss.q_full, q_tx_bytes(rpw));
 #pragma unroll
-        for (int t = 0; t < CONTENT_TILES; ++t)
-          tma_load_3d(ss.q_content[t], &kp.tm_q_content, &ss.q_full, t * SWIZZLE_ROW_BYTES, m_tile * BLOCK_M, req);
-        tma_load_3d(ss.q_rope, &kp.tm_q_rope, &ss.q_full, 0, m_tile * BLOCK_M, req);
+        for (int w = 0; w < MATH_WARPS_PER_WG; ++w) {
+          const int q_row = (m_tile * MATH_WARPS_PER_WG + w) * rpw;
+          constexpr int SLAB = 16 * SWIZZLE_ROW_BYTES;  // 16 rows of 128 B
+#pragma unroll
+          for (int t = 0; t < CONTENT_TILES; ++t)
+            tma_load_3d(ss.q_content[t] + w * SLAB, &kp.tm_q_content, &ss.q_full, t * SWIZZLE_ROW_BYTES, q_row, req);
+          tma_load_3d(ss.q_rope + w * SLAB, &kp.tm_q_rope, &ss.q_full, 0, q_row, req);
+        }
         ++pieces;
         continue;
       }

@@ -67,11 +67,15 @@ __device__ __forceinline__ uint32_t pack_e4m3x4(float v0, float v1, float v2, fl
 // Half 1. s: the thread's QK accumulator (32 fp32, fragment layout of wgmma.cuh), turned into base-2 logits
 // (-inf where masked). k_scale: the block's 64 per-token scales in shared memory (the thread reads its 16
 // columns as float2 into ks). q_mul[r]: q_scale * softmax_scale * log2 e of row r; n_vis[r]: visible tokens of
-// row r in this block (<= 0: none, >= 64: all). MASKED = false is the path for blocks both rows see whole (all
-// but the last block or two of a piece): no selects, 2 x 32 instructions per thread fewer over both halves. mx[r]: the row's block maximum (-inf when nothing is visible).
+// row r in this block (<= 0: none, >= 64: all). mx[r]: the row's block maximum (-inf when nothing is visible).
+// MASKED = false is the path for blocks both rows see whole (all but the last block or two of a piece): no
+// selects, 2 x 32 instructions per thread fewer over both halves. two_rows = false (warp-uniform: the warp's
+// second rows are all padding, launch.h rows_per_warp <= 8) skips row r0 + 8: its s stays as it is, its state
+// is untouched, and its P (packed from whatever s holds) only reaches padding rows of O~.
 template <bool MASKED>
 __device__ __forceinline__ void softmax_logits(float (&s)[32], const float (&k_scale)[BLOCK_N], const float (&q_mul)[2],
-                                               const int (&n_vis)[2], int t, float (&ks)[16], float (&mx)[2]) {
+                                               const int (&n_vis)[2], int t, bool two_rows, float (&ks)[16],
+                                               float (&mx)[2]) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) {  // ks[2i + e]: scale of column 8i + 2t + e
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
@@ -80,6 +84,8 @@ __device__ __forceinline__ void softmax_logits(float (&s)[32], const float (&k_s
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
+    mx[r] = -INFINITY;
+    if (r == 1 && !two_rows) break;
     // Column 8i + 2t + e is visible iff 8i + e < n_vis - 2t: one register, immediates for the 16 columns.
     const int vis_lim = n_vis[r] - 2 * t;
     float m = -INFINITY;
@@ -100,9 +106,11 @@ __device__ __forceinline__ void softmax_logits(float (&s)[32], const float (&k_s
 // the state after this block, o_scale[r] the factor O~ takes before this block's PV is added.
 template <bool MASKED>
 __device__ __forceinline__ void softmax_probs(float (&s)[32], const float (&ks)[16], const float (&mx)[2],
-                                              const int (&n_vis)[2], int t, RowState (&st)[2], float (&o_scale)[2]) {
+                                              const int (&n_vis)[2], int t, bool two_rows, RowState (&st)[2],
+                                              float (&o_scale)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
+    if (r == 1 && !two_rows) break;
     const int vis_lim = n_vis[r] - 2 * t;
     const float m_new = fmaxf(st[r].m, mx[r]);
     const float m_use = m_new == -INFINITY ? 0.f : m_new;

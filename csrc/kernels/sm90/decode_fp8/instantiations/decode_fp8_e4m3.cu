@@ -38,11 +38,11 @@ KernelParams make_kernel_params(const DecodeParams& p) {
   kp.tm_q_content = make_tensor_map<3>(
       "q content", CU_TENSOR_MAP_DATA_TYPE_UINT8, p.q_content, {static_cast<uint64_t>(D_CONTENT), rows, b},
       {static_cast<uint64_t>(p.q_content_row_stride), static_cast<uint64_t>(p.q_content_batch_stride)},
-      {SWIZZLE_ROW_BYTES, BLOCK_M, 1}, CU_TENSOR_MAP_SWIZZLE_128B);
+      {SWIZZLE_ROW_BYTES, static_cast<uint32_t>(rows_per_warp(p.q_rows)), 1}, CU_TENSOR_MAP_SWIZZLE_128B);
   kp.tm_q_rope = make_tensor_map<3>(
       "q rope", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.q_rope, {static_cast<uint64_t>(D_ROPE), rows, b},
       {static_cast<uint64_t>(p.q_rope_row_stride) * 2, static_cast<uint64_t>(p.q_rope_batch_stride) * 2},
-      {D_ROPE, BLOCK_M, 1}, CU_TENSOR_MAP_SWIZZLE_128B);
+      {D_ROPE, static_cast<uint32_t>(rows_per_warp(p.q_rows)), 1}, CU_TENSOR_MAP_SWIZZLE_128B);
   return kp;
 }
 
