@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import harness as H  # noqa: E402
 from snapmla_ext import layout as L  # noqa: E402
-from snapmla_ext import quant_ops  # noqa: E402
+from snapmla_ext._ext import load_ops  # noqa: E402
 from snapmla_ext.cache import SnapMLAKVCache  # noqa: E402
 from tests.utils.data import make_q  # noqa: E402
 
@@ -92,7 +92,7 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="also write the JSON into this directory")
     ap.add_argument("--quick", action="store_true", help="n = 1M only")
     args = ap.parse_args()
-    ops = quant_ops._ops()
+    ops = load_ops()
     ceiling = H.copy_ceiling_gbps()
     print(f"device: {torch.cuda.get_device_name(0)}; copy ceiling (1 GiB D2D, read + write): {ceiling:.1f} GB/s")
     H.print_header()

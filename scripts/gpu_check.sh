@@ -3,7 +3,7 @@
 # its own pytest process, so a crash in one cannot hide the others) and the CPU tests, compute-sanitizer on small
 # shapes, optional ncu, and the benchmarks. Logs and JSON go under $OUT when set (the device tool brings them
 # back), else under .out/: build.log, run.log (this script's summary), tests.log (every pytest output),
-# sanitize.log and the benchmarks' JSON/PNG (the device tool brings back at most 8 files). Needs the
+# sanitize.log, ncu_h<h>.txt and the benchmarks' JSON/PNG (the device tool brings back at most 8 files). Needs the
 # nvidia-cutlass wheel in .whl/ (carried; see README).
 #   env: SNAPMLA_TESTS="<test files>" (default: every GPU test file, then the CPU suite),  SNAPMLA_SKIP_TESTS=1,
 #        SNAPMLA_SANITIZE=1 (memcheck + racecheck on scripts/sanitize_small.py),
@@ -51,9 +51,9 @@ if [ "${SNAPMLA_SKIP_TESTS:-0}" != "1" ]; then
 fi
 for h in ${SNAPMLA_NCU:-}; do
   timeout 200 ncu --clock-control none --kernel-name regex:snapmla_decode_fp8 --launch-skip 3 --launch-count 1 \
-    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-    python3 bench/bench_decode.py --cases "b64_sq1_h${h}_sk32768" > /tmp/ncu.txt 2>&1
-  grep -E "Duration|Throughput|Stall|Issued|Eligible|Bank" /tmp/ncu.txt | head -40
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section SourceCounters \
+    python3 bench/bench_decode.py --cases "b64_sq1_h${h}_sk32768" > "$OUT/ncu_h${h}.txt" 2>&1
+  grep -E "Duration|Throughput|Stall|Issued|Eligible|Bank" "$OUT/ncu_h${h}.txt" | head -40
 done
 for b in ${SNAPMLA_BENCH:-}; do
   timeout 420 python3 "bench/$b.py" --out "$OUT" ${SNAPMLA_BENCH_ARGS:-} 2>&1 | tail -45

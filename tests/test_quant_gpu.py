@@ -16,6 +16,7 @@ import torch
 
 from snapmla_ext import layout as L
 from snapmla_ext import quant_ops, reference
+from snapmla_ext._ext import load_ops
 from snapmla_ext.cache import SnapMLAKVCache, content_view, rope_view, scale_view
 from tests.utils.compare import assert_bitwise_equal, assert_same_nonfinite
 from tests.utils.data import make_kv_rows, make_paged_inputs, make_q
@@ -26,7 +27,7 @@ SLOT_DTYPES = [torch.int32, torch.int64]
 
 
 def ops():
-    return quant_ops._ops()
+    return load_ops()
 
 
 # ---------------------------------------------------------------- helpers
