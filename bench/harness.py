@@ -127,8 +127,12 @@ def _run(cmd: list[str]) -> str:
 def environment() -> dict:
     props = torch.cuda.get_device_properties(0)
     return {
-        "git_revision": _run(["git", "rev-parse", "--verify", "-q", "HEAD"]) or os.environ.get("SNAPMLA_GIT_REV", "unknown"),
-        "git_dirty": bool(_run(["git", "status", "--porcelain", "--untracked-files=no"])),
+        # SNAPMLA_GIT_REV wins: the device machine gets this working tree copied onto an older clone, so its
+        # own HEAD names the wrong commit (scripts/gpu_check.sh callers set it to the local HEAD).
+        "git_revision": os.environ.get("SNAPMLA_GIT_REV") or _run(["git", "rev-parse", "--verify", "-q", "HEAD"])
+        or "unknown",
+        "git_dirty": None if os.environ.get("SNAPMLA_GIT_REV")
+        else bool(_run(["git", "status", "--porcelain", "--untracked-files=no"])),
         "gpu": props.name,
         "sm_count": props.multi_processor_count,
         "driver": (_run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).splitlines() or ["unknown"])[0],

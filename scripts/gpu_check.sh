@@ -9,6 +9,7 @@
 #        SNAPMLA_SANITIZE=1 (memcheck + racecheck on scripts/sanitize_small.py),
 #        SNAPMLA_NCU="16 128" (ncu of one decode launch per head count),
 #        SNAPMLA_BENCH="bench_quant bench_decode" (bench/<name>.py --out $OUT), SNAPMLA_BENCH_ARGS="--quick"
+#        SNAPMLA_GIT_REV=<local HEAD> (recorded in the bench JSON: the device's own clone HEAD is stale)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/.out}
