@@ -6,8 +6,9 @@
 // Per own block n of a piece (the owner of n - 1, if it is in the piece, is the other warpgroup):
 //   wait kv_full -> 16 x QGMMA m64n64k32 (Q8 . K8, 512 dims) + 4 x HGMMA m64n64k16 (RoPE) -> retire
 //   -> softmax half 1 (logits, row maxima) -> wait the hand-off of n - 1 (its state) -> softmax half 2
-//   -> P to e4m3 -> hand-off of n (publish, xchg_full, kv_empty) -> P of n - 1 from the hand-off (kv_empty)
-//   -> PV(n - 1) -> PV(n); after the piece's last own block, PV of a trailing block of the other warpgroup.
+//   -> P to e4m3 -> hand-off of n (publish, xchg_full) -> P of n - 1 from its hand-off (kv_empty) -> PV(n - 1)
+//   -> own P read back from the hand-off (kv_empty) -> PV(n); after the piece's last own block, PV of a
+//   trailing block of the other warpgroup.
 // The chain between the warpgroups is only softmax -> hand-off -> softmax: while one runs its softmax the
 // other's QK or PV keeps the tensor cores busy, and QK is computed once per block (it was computed by both
 // warpgroups before 2026-11-29, which doubled the QK tensor work and its shared-memory reads).
@@ -22,8 +23,9 @@
 // tokens in one piece). Each block's P8 . V8 (64 tokens) is now summed by the tensor core alone and added to O~
 // in fp32 by the CUDA cores, which also folds the O~ rescale into the same FFMA.
 //
-// Registers per thread: O~ 128 + S 32 + k scales 16 during the softmax; O~ 128 + 2 x 8 P + 2 x 16 PV chunks
-// during PV; within MATH_REGS.
+// Registers per thread: O~ 128 + S 32 + k scales 16 during the softmax; O~ 128 + 8 P + 2 x 16 PV chunks during
+// PV (one block's P at a time: that is why the own P is read back rather than kept), within MATH_REGS = 216;
+// deeper pipelines do not fit (docs/decode_kernel.md, Next steps).
 #pragma once
 
 #include "kernels/sm90/common/mbarrier.cuh"
