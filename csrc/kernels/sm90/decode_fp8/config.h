@@ -56,8 +56,9 @@ static_assert(NUM_MATH_WG * MATH_REGS + PRODUCER_REGS <= 3 * LAUNCH_REGS, "regis
 static_assert(MATH_REGS % 8 == 0 && PRODUCER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
 
 // ---- pipeline ----
-// KV stages hold what TMA brings (content + RoPE + scales, 41216 B); a stage is free once the block's owner
-// wrote its hand-off into the RoPE tile, the other math warpgroup read it, and the producer transposed V. V^T buffers (32 KB) are free once both finished PV.
+// KV stages hold what TMA brings (content + RoPE + scales, 41216 B); a stage is free once both math warpgroups
+// copied the block's hand-off out of its RoPE tile (exchange.cuh) and the producer transposed V. A V^T buffer
+// (32 KB) is free half by half, once the warpgroup reading that half finished its PV.
 inline constexpr int KV_STAGES = 3;
 inline constexpr int VT_STAGES = 2;
 inline constexpr int KV_STAGE_TX_BYTES = CONTENT_TILES * CONTENT_TILE_BYTES + ROPE_TILE_BYTES + BLOCK_N * 4;
@@ -66,7 +67,8 @@ inline constexpr int MATH_WARPS_PER_WG = WG_THREADS / 32;  // 4
 __device__ __forceinline__ constexpr int q_tx_bytes(int rows_per_warp) {
   return MATH_WARPS_PER_WG * rows_per_warp * (CONTENT_TILES * SWIZZLE_ROW_BYTES + D_ROPE * 2);
 }
-static_assert(MATH_WARPS_PER_WG * 16 == BLOCK_M, "each warp of a WGMMA owns 16 accumulator rows");
+static_assert(MATH_WARPS_PER_WG * 16 == BLOCK_M && MATH_WARPS_PER_WG == 4,
+              "each warp of a WGMMA owns 16 accumulator rows (launch.h warp_first_q_row assumes 4 warps)");
 static_assert(KV_STAGE_TX_BYTES == kvl::PAGE_BYTES, "a stage is exactly one page: the kernel reads 644 B/token");
 
 // ---- shapes the code relies on ----

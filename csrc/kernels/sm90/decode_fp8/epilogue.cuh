@@ -25,11 +25,11 @@ __device__ __forceinline__ void store_piece(const DecodeParams& p, int req, int 
   const int t = lane % 4;
   const int split_begin = p.num_splits[req];
   const bool single = p.num_splits[req + 1] - split_begin == 1;
+  const int rpw = rows_per_warp(p.q_rows);  // launch.h: the warp's rows are its first rpw accumulator rows
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int rpw = rows_per_warp(p.q_rows);  // launch.h: the warp's rows are its first rpw accumulator rows
     const int k = lane / 4 + 8 * r;
-    const int row = (m_tile * MATH_WARPS_PER_WG + warp) * rpw + k;
+    const int row = warp_first_q_row(m_tile, warp, rpw) + k;
     if (k >= rpw || row >= p.q_rows) continue;
     const bool empty = st[r].m == -INFINITY;
     const float inv_l = empty ? 0.f : 1.f / st[r].l;

@@ -15,8 +15,8 @@
 // A registers with two loads and no permutation.
 //
 // Ordering: the writer's stores are released by its arrival on xchg_full[stage] (128 arrivals) and acquired by
-// the reader's wait; the writer also fences the async proxy before its kv_empty arrival, because the next TMA
-// load of the stage overwrites these bytes.
+// the reader's wait. Both warpgroups read the P back (the owner its own, mainloop.cuh) and fence the async proxy
+// before their kv_empty arrival, because the stage's next TMA load overwrites these bytes.
 #pragma once
 
 #include <cstdint>

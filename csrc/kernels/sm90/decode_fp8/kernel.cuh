@@ -16,8 +16,7 @@
 // Pipeline: 3 KV stages (content, RoPE, scales: kv_full by TMA bytes; xchg_full when the owner's hand-off is in
 // the RoPE tile; kv_empty when the hand-off was written and read and the transpose is done) and 2 V^T buffers
 // (vt_full / vt_empty per 256-row half: the two transposer warps of a half, the PV of the warpgroup reading
-// it); query tile
-// q_full / q_empty once per piece. Barrier phases come from one running block index shared by all roles.
+// it); query tile q_full / q_empty once per piece. Barrier phases come from one running block index shared by all roles.
 // Shared memory: 40 KB Q + 3 x 40.25 KB KV stages + 2 x 32 KB V^T = 225 KB (traits.h).
 // Bytes per block: 41216 (the page, nothing else). FLOPs per block and 64-row tile: 2 x 64 x 64 x 512 FP8 for
 // QK + 2 x 64 x 64 x 512 FP8 for PV + 2 x 64 x 64 x 64 BF16 for RoPE, each done once.

@@ -20,6 +20,10 @@ inline int num_m_tiles(int q_rows) { return (q_rows + BLOCK_M - 1) / BLOCK_M; }
 // (num_m_tiles is unchanged: R < 16 only when q_rows < 64, a single tile). The query TMA box is R rows.
 __host__ __device__ constexpr int rows_per_warp(int q_rows) { return q_rows >= BLOCK_M ? 16 : (q_rows + 3) / 4; }
 
+// The query row held by accumulator row 0 of math warp `warp` (0..3) of tile m_tile; its k-th row (k < rpw) holds
+// query row first + k. rpw = rows_per_warp(q_rows).
+__host__ __device__ constexpr int warp_first_q_row(int m_tile, int warp, int rpw) { return (4 * m_tile + warp) * rpw; }
+
 // Launches the decode kernel over grid (num_m_tiles(q_rows), num_sm_parts). Writes out/lse for requests done
 // in one piece and o_accum/lse_accum for split ones (the combine kernel runs after, see combine/launch.h).
 void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream);

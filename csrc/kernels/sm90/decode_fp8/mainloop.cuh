@@ -169,7 +169,7 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
   // Query rows of this warp: launch.h rows_per_warp. Warp-uniform: live_rows (any of them is a real query row:
   // at h_q = 16 every warp holds 4) and two_rows (the thread's second rows r0 + 8 are real rows too).
   const int rpw = rows_per_warp(p.q_rows);
-  const int warp_q_row0 = (m_tile * MATH_WARPS_PER_WG + warp) * rpw;
+  const int warp_q_row0 = warp_first_q_row(m_tile, warp, rpw);
   const bool live_rows = warp_q_row0 < p.q_rows;
   const bool two_rows = rpw > 8;
 

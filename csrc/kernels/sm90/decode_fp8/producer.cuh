@@ -85,7 +85,7 @@ struct TmaLoader {
         mbarrier_arrive_expect_tx(&ss.q_full, q_tx_bytes(rpw));
 #pragma unroll
         for (int w = 0; w < MATH_WARPS_PER_WG; ++w) {
-          const int q_row = (m_tile * MATH_WARPS_PER_WG + w) * rpw;
+          const int q_row = warp_first_q_row(m_tile, w, rpw);
           constexpr int SLAB = 16 * SWIZZLE_ROW_BYTES;  // 16 rows of 128 B
 #pragma unroll
           for (int t = 0; t < CONTENT_TILES; ++t)

@@ -30,7 +30,6 @@ __device__ __forceinline__ SchedRow load_sched_row(const DecodeParams& p) {
 struct Piece {
   int req;
   int blk_begin, blk_end;
-  int split;   // piece index within the request
   int seqlen;  // clamped to the block table's capacity, so no page id past it is ever read
 };
 
@@ -48,7 +47,7 @@ __device__ __forceinline__ Piece make_piece(const DecodeParams& p, const SchedRo
   blk_end = min(blk_end, n_blocks);
   const bool first = req == row.begin_req;
   const int blk_begin = min(first ? meta[sched::BEGIN_BLOCK] : 0, blk_end);
-  return Piece{req, blk_begin, blk_end, piece_split(p, row, req), seqlen};
+  return Piece{req, blk_begin, blk_end, seqlen};
 }
 
 }  // namespace snapmla::sm90::decode_fp8

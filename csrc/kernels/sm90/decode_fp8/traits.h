@@ -45,14 +45,14 @@ struct alignas(1024) SharedStorage {
   uint8_t vt[VT_STAGES][D_V * BLOCK_N];
   float kv_scale[KV_STAGES][BLOCK_N];
   uint64_t kv_full[KV_STAGES];   // TMA: KV_STAGE_TX_BYTES, one arrival (the issuing thread)
-  uint64_t kv_empty[KV_STAGES];  // MATH_THREADS + WG_THREADS arrivals: the block's owner (hand-off written), the
-                                 // other math warpgroup (hand-off read), the transposer
+  uint64_t kv_empty[KV_STAGES];  // MATH_THREADS + WG_THREADS arrivals: each math warpgroup once it copied the
+                                 // block's P out of the hand-off (the owner reads its own back), the transposer
   uint64_t xchg_full[KV_STAGES]; // WG_THREADS arrivals: the owner wrote the hand-off into kv_rope (exchange.cuh)
   // V^T barriers per buffer and per 256-row half (the half math warpgroup wg reads, written by transposer warps
   // 2wg and 2wg + 1), so each warpgroup's PV waits only for its own half and releases it alone.
   uint64_t vt_full[VT_STAGES][NUM_MATH_WG];   // VT_HALF_WRITERS arrivals (transposer threads, after fence.proxy.async)
   uint64_t vt_empty[VT_STAGES][NUM_MATH_WG];  // WG_THREADS arrivals (that warpgroup's PV retired)
-  uint64_t q_full;               // TMA: Q_TX_BYTES, one arrival
+  uint64_t q_full;               // TMA: q_tx_bytes(rows_per_warp), one arrival
   uint64_t q_empty;              // MATH_THREADS arrivals (each math warpgroup's last QK of the piece retired)
 };
 
