@@ -61,7 +61,10 @@ static_assert(MATH_REGS % 8 == 0 && PRODUCER_REGS % 8 == 0, "setmaxnreg takes mu
 // (32 KB) is free half by half, once the warpgroup reading that half finished its PV.
 inline constexpr int KV_STAGES = 3;
 inline constexpr int VT_STAGES = 2;
-inline constexpr int KV_STAGE_TX_BYTES = CONTENT_TILES * CONTENT_TILE_BYTES + ROPE_TILE_BYTES + BLOCK_N * 4;
+inline constexpr int KV_STAGE_EXTRA_TX_BYTES = ROPE_TILE_BYTES + BLOCK_N * 4;  // RoPE tile + scales (warp 0)
+inline constexpr int KV_STAGE_TX_BYTES = CONTENT_TILES * CONTENT_TILE_BYTES + KV_STAGE_EXTRA_TX_BYTES;
+// kv_full arrivals: every transposer warp issues (and expects the bytes of) its own content tile.
+inline constexpr int TMA_ISSUERS = TRANSPOSE_WARPS;
 // The query tile: 4 warp slabs of rows_per_warp rows (launch.h), content and RoPE (TMA counts whole boxes).
 inline constexpr int MATH_WARPS_PER_WG = WG_THREADS / 32;  // 4
 __device__ __forceinline__ constexpr int q_tx_bytes(int rows_per_warp) {

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of kernel variants in one device call: each variant is a csrc/ tree (the working
+# tree's or a saved copy) plus extra nvcc flags. All variants build in parallel, each in its own copy of the
+# repository, then run (one after the other, same GPU, same process layout) the quick decode benchmark and,
+# unless SNAPMLA_VARIANT_TESTS is empty, a correctness test file. Prints one table with each variant's time
+# per case and its ratio to the first variant. Logs and JSON under $OUT (or .out/).
+#   SNAPMLA_VARIANTS="name:csrc_dir:flags;..."   csrc_dir "." = this tree's csrc, else a path to a csrc copy
+#                                               (e.g. under .out/, carried); flags e.g. -DSNAPMLA_PV_DEPTH=3
+#   SNAPMLA_VARIANT_TESTS="tests/test_decode_kernel_gpu.py" (default), SNAPMLA_VARIANT_CASES="" (bench_decode
+#   --cases substring; default: --quick), SNAPMLA_GIT_REV (recorded in the JSON)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/.out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+source scripts/host_compiler.sh
+IFS=';' read -ra VARIANTS <<< "${SNAPMLA_VARIANTS:?set SNAPMLA_VARIANTS}"
+tests=${SNAPMLA_VARIANT_TESTS-tests/test_decode_kernel_gpu.py}
+jobs_each=$(( 16 / ${#VARIANTS[@]} )); [ $jobs_each -lt 1 ] && jobs_each=1
+t0=$(date +%s)
+names=()
+for v in "${VARIANTS[@]}"; do
+  IFS=':' read -r name src flags <<< "$v"
+  names+=("$name")
+  dir=/tmp/variant_$name
+  rm -rf "$dir"; mkdir -p "$dir"
+  tar -C "$ROOT" --exclude=./build --exclude=./.git --exclude=./.out --exclude=./.whl -cf - . | tar -C "$dir" -xf -
+  if [ "$src" != "." ]; then rm -rf "$dir/csrc"; cp -r "$ROOT/$src" "$dir/csrc"; fi
+  ( cd "$dir" && NVCC_APPEND_FLAGS="$flags" MAX_JOBS=$jobs_each NVCC_THREADS=1 \
+      python3 setup.py build_ext --inplace > "$OUT/build_$name.log" 2>&1 \
+      || echo "BUILD FAILED: $name" ) &
+done
+wait
+echo "builds: $(( $(date +%s) - t0 )) s"
+for name in "${names[@]}"; do
+  grep -E "error|spill" "$OUT/build_$name.log" | grep -v " 0 bytes spill" | head -5
+done
+for name in "${names[@]}"; do
+  dir=/tmp/variant_$name
+  [ -n "$(ls "$dir"/snapmla_ext/_C*.so 2>/dev/null)" ] || { echo "$name: no build"; continue; }
+  mkdir -p "$OUT/$name"
+  if [ -n "$tests" ]; then
+    ( cd "$dir" && python3 -m pytest -q -p no:cacheprovider -x $tests > "$OUT/$name/tests.log" 2>&1 )
+    echo "$name tests: $(tail -1 "$OUT/$name/tests.log")"
+  fi
+  if [ -n "${SNAPMLA_VARIANT_CASES:-}" ]; then bargs="--cases ${SNAPMLA_VARIANT_CASES}"; else bargs="--quick"; fi
+  ( cd "$dir" && timeout 300 python3 bench/bench_decode.py $bargs --out "$OUT/$name" > "$OUT/$name/bench.log" 2>&1 )
+done
+python3 - "$OUT" "${names[@]}" <<'PY'
+import glob, json, os, sys
+out, names = sys.argv[1], sys.argv[2:]
+res = {}
+for n in names:
+    files = sorted(glob.glob(os.path.join(out, n, "bench_decode_*.json")))
+    if files:
+        res[n] = {r["name"]: r["us"] for r in json.load(open(files[-1]))["results"]}
+if not res:
+    sys.exit("no results")
+base = names[0]
+cases = list(next(iter(res.values())).keys())
+print(f"{'case':<30}" + "".join(f"{n:>18}" for n in names))
+for c in cases:
+    row = f"{c:<30}"
+    for n in names:
+        us = res.get(n, {}).get(c)
+        b = res.get(base, {}).get(c)
+        row += f"{'-':>18}" if us is None else f"{us:>9.1f} ({(b / us if b else 0):4.2f}x)"
+    print(row)
+PY
