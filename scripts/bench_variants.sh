@@ -38,7 +38,7 @@ done
 wait
 echo "builds: $(( $(date +%s) - t0 )) s"
 for name in "${names[@]}"; do
-  grep -E "error|spill" "$OUT/build_$name.log" | grep -v " 0 bytes spill" | head -5
+  grep -E "error:|bytes spill" "$OUT/build_$name.log" | grep -v " 0 bytes spill" | head -5
 done
 for name in "${names[@]}"; do
   dir=/tmp/variant_$name

@@ -69,14 +69,16 @@ struct TmaLoader {
 
   // Issues warp `warp`'s loads until `want` blocks are issued or the schedule row is exhausted (warp 0 then
   // also issues the query tiles of trailing empty pieces, since the math warpgroups wait for every piece's Q).
-  __device__ void run(const KernelParams& kp, SharedStorage& ss, const SchedRow& row, int m_tile, int warp,
+  // Returns true when it got there (nothing left to issue before the warp's next transpose), false when it
+  // stopped at a barrier that was not ready.
+  __device__ bool run(const KernelParams& kp, SharedStorage& ss, const SchedRow& row, int m_tile, int warp,
                       int need, int want) {
     const DecodeParams& p = kp.p;
     while (blocks < want) {
       const bool may_block = blocks < need;
       if (blk == blk_end) {
-        if (req >= row.end_req) return;
-        if (warp == 0 && pieces > 0 && !ready(&ss.q_empty, (pieces - 1) & 1, may_block)) return;
+        if (req >= row.end_req) return true;
+        if (warp == 0 && pieces > 0 && !ready(&ss.q_empty, (pieces - 1) & 1, may_block)) return false;
         ++req;
         const Piece pc = make_piece(p, row, req);
         blk = pc.blk_begin;
@@ -87,7 +89,8 @@ struct TmaLoader {
         continue;
       }
       const int stage = blocks % KV_STAGES;
-      if (blocks >= KV_STAGES && !ready(&ss.kv_empty[stage], ((blocks / KV_STAGES) - 1) & 1, may_block)) return;
+      if (blocks >= KV_STAGES && !ready(&ss.kv_empty[stage], ((blocks / KV_STAGES) - 1) & 1, may_block))
+        return false;
       uint64_t* bar = &ss.kv_full[stage];
       mbarrier_arrive_expect_tx(bar, warp == 0 ? CONTENT_TILE_BYTES + KV_STAGE_EXTRA_TX_BYTES : CONTENT_TILE_BYTES);
       tma_load_3d(ss.kv_content[stage][warp], &kp.tm_kv_content, bar, warp * SWIZZLE_ROW_BYTES, 0, page);
@@ -99,6 +102,7 @@ struct TmaLoader {
       ++blocks;
       load_page(p);
     }
+    return true;
   }
 
   // The query tile of piece `req`, on q_full. Warp slab w of the tile (shared rows 16w ..) gets query rows
@@ -201,12 +205,18 @@ __device__ void run_producer(const KernelParams& kp, SharedStorage& ss, const Sc
   if (tma_thread) loader.init(row);
   // Each warp waits by polling, its lane 0 feeding its loader (prefetch up to KV_STAGES blocks ahead) between
   // tests. The whole warp polls in step: a lane parked in mbarrier.try_wait could hold the warp while lane 0
-  // still has to issue the very load it waits for.
+  // still has to issue the very load it waits for. Once the loader has issued everything up to KV_STAGES
+  // blocks ahead, the warp parks in try_wait instead: a spinning warp takes issue slots from the two math warps
+  // of its SM sub-partition.
   auto wait = [&](uint64_t* bar, uint32_t parity, int block_idx) {
     for (;;) {
-      if (tma_thread) loader.run(kp, ss, row, m_tile, warp, block_idx + 1, block_idx + KV_STAGES);
-      __syncwarp();
-      if (__shfl_sync(0xffffffffu, static_cast<int>(mbarrier_test(bar, parity)), 0)) break;
+      int idle = 1;
+      if (tma_thread) idle = loader.run(kp, ss, row, m_tile, warp, block_idx + 1, block_idx + KV_STAGES);
+      if (__shfl_sync(0xffffffffu, idle, 0)) {
+        mbarrier_wait(bar, parity);
+        return;
+      }
+      if (__shfl_sync(0xffffffffu, static_cast<int>(mbarrier_test(bar, parity)), 0)) return;
     }
   };
 
