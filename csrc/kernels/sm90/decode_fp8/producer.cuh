@@ -3,10 +3,10 @@
 // TMA (lane 0 of each of the 4 warps, TmaLoader): warp w loads content tile w of every block (8192 B); warp 0
 // also the block's RoPE tile and 64 scales (8448 B) and, per piece, the query tile (4 content tiles + 1 RoPE
 // tile, 40 KB, zero-filled past q_rows) on q_full after q_empty. kv_full[stage] takes one expect_tx arrival per
-// warp (TMA_ISSUERS = 4) with that warp's bytes; the page (41216 B) is complete when all four landed. Each warp
-// runs up to KV_STAGES blocks ahead of its own transpose, polling its barriers while it waits (TmaLoader says
-// why it must not block there). Spreading the issue over the warps took it off the one transposing warp 0 whose
-// loop set the block time (docs/decode_kernel.md, clock trace: ~1100 of ~4700 cycles per block were its issue).
+// warp (TMA_ISSUERS = 4) with that warp's bytes; the page (41216 B) is complete when all four landed. After each
+// transpose a warp issues up to 2 blocks ahead (blocking) and tries a third (TmaLoader says why that is safe);
+// it never polls. Spreading the issue over the warps took it off the one transposing warp 0 whose loop set the
+// block time (docs/decode_kernel.md, clock trace: ~1100 of ~4700 cycles per block were its issue).
 //
 // Transpose (all 128 threads): 8-bit WGMMA reads B K-major only, so PV needs V^T with the 64 tokens of a block
 // contiguous per output dim. Warp w turns content tile w (tokens x dims 128w .. 128w+127, Swizzle-128B) into
@@ -35,12 +35,13 @@ namespace snapmla::sm90::decode_fp8 {
 // The cursor of one warp's TMA issuing lane: the next block to load and the piece it belongs to.
 //
 // The issuing lane also transposes, so it must never block on a barrier whose completion needs its own warp's
-// later transposes. Blocks below `need` (the block its warp is about to wait for, and earlier ones) are safe to
-// wait for: their stage was released by the QKs and transposes of blocks every warp already issued (a warp
-// issues its part of block b before it waits for kv_full(b), so the warp furthest behind never waits for
-// another), and the query tile of their piece by the QKs (or, for empty pieces in between, the PVs) of blocks
-// already transposed. Blocks from `need` to `want` are prefetch: their barriers are only tested, and the loader
-// returns if one is not ready yet (it is polled again while its warp waits for its next stage).
+// later transposes. After transposing block n the warp may block for blocks below `need` = n + 3: block n + 2
+// reuses the stage of n - 1, released by the transposes of n - 1 (every warp issues its part of a block before
+// it waits for that block, so the warp furthest behind never waits for another) and by the math warpgroups'
+// reads of n - 1's hand-off, which need the QK of n (its page was issued two transposes earlier) and nothing
+// this warp still has to transpose; the query tile of a new piece needs the QKs of the previous piece's blocks
+// (at most n + 1, issued). Blocks from `need` to `want` are prefetch: their barriers are only tested, and the
+// loader returns if one is not ready yet (it tries again after the next transpose).
 struct TmaLoader {
   int req;          // request of the piece whose blocks are being issued (begin_req - 1 before the first)
   int blk, blk_end;
@@ -69,16 +70,14 @@ struct TmaLoader {
 
   // Issues warp `warp`'s loads until `want` blocks are issued or the schedule row is exhausted (warp 0 then
   // also issues the query tiles of trailing empty pieces, since the math warpgroups wait for every piece's Q).
-  // Returns true when it got there (nothing left to issue before the warp's next transpose), false when it
-  // stopped at a barrier that was not ready.
-  __device__ bool run(const KernelParams& kp, SharedStorage& ss, const SchedRow& row, int m_tile, int warp,
+  __device__ void run(const KernelParams& kp, SharedStorage& ss, const SchedRow& row, int m_tile, int warp,
                       int need, int want) {
     const DecodeParams& p = kp.p;
     while (blocks < want) {
       const bool may_block = blocks < need;
       if (blk == blk_end) {
-        if (req >= row.end_req) return true;
-        if (warp == 0 && pieces > 0 && !ready(&ss.q_empty, (pieces - 1) & 1, may_block)) return false;
+        if (req >= row.end_req) return;
+        if (warp == 0 && pieces > 0 && !ready(&ss.q_empty, (pieces - 1) & 1, may_block)) return;
         ++req;
         const Piece pc = make_piece(p, row, req);
         blk = pc.blk_begin;
@@ -89,8 +88,7 @@ struct TmaLoader {
         continue;
       }
       const int stage = blocks % KV_STAGES;
-      if (blocks >= KV_STAGES && !ready(&ss.kv_empty[stage], ((blocks / KV_STAGES) - 1) & 1, may_block))
-        return false;
+      if (blocks >= KV_STAGES && !ready(&ss.kv_empty[stage], ((blocks / KV_STAGES) - 1) & 1, may_block)) return;
       uint64_t* bar = &ss.kv_full[stage];
       mbarrier_arrive_expect_tx(bar, warp == 0 ? CONTENT_TILE_BYTES + KV_STAGE_EXTRA_TX_BYTES : CONTENT_TILE_BYTES);
       tma_load_3d(ss.kv_content[stage][warp], &kp.tm_kv_content, bar, warp * SWIZZLE_ROW_BYTES, 0, page);
@@ -102,7 +100,6 @@ struct TmaLoader {
       ++blocks;
       load_page(p);
     }
-    return true;
   }
 
   // The query tile of piece `req`, on q_full. Warp slab w of the tile (shared rows 16w ..) gets query rows
@@ -203,22 +200,9 @@ __device__ void run_producer(const KernelParams& kp, SharedStorage& ss, const Sc
 
   TmaLoader loader;
   if (tma_thread) loader.init(row);
-  // Each warp waits by polling, its lane 0 feeding its loader (prefetch up to KV_STAGES blocks ahead) between
-  // tests. The whole warp polls in step: a lane parked in mbarrier.try_wait could hold the warp while lane 0
-  // still has to issue the very load it waits for. Once the loader has issued everything up to KV_STAGES
-  // blocks ahead, the warp parks in try_wait instead: a spinning warp takes issue slots from the two math warps
-  // of its SM sub-partition.
-  auto wait = [&](uint64_t* bar, uint32_t parity, int block_idx) {
-    for (;;) {
-      int idle = 1;
-      if (tma_thread) idle = loader.run(kp, ss, row, m_tile, warp, block_idx + 1, block_idx + KV_STAGES);
-      if (__shfl_sync(0xffffffffu, idle, 0)) {
-        mbarrier_wait(bar, parity);
-        return;
-      }
-      if (__shfl_sync(0xffffffffu, static_cast<int>(mbarrier_test(bar, parity)), 0)) return;
-    }
-  };
+  // Prologue: block 0 (and its query tile) for sure, blocks 1 .. KV_STAGES - 1 if their barriers allow.
+  if (tma_thread) loader.run(kp, ss, row, m_tile, warp, 1, KV_STAGES);
+  __syncwarp();
 
   int block_idx = 0;
   for (int req = row.begin_req; req <= row.end_req; ++req) {
@@ -226,8 +210,8 @@ __device__ void run_producer(const KernelParams& kp, SharedStorage& ss, const Sc
     for (int blk = pc.blk_begin; blk < pc.blk_end; ++blk, ++block_idx) {
       const int stage = block_idx % KV_STAGES;
       const int vbuf = block_idx % VT_STAGES;
-      wait(&ss.kv_full[stage], (block_idx / KV_STAGES) & 1, block_idx);
-      wait(&ss.vt_empty[vbuf][half], ((block_idx / VT_STAGES) & 1) ^ 1, block_idx);
+      mbarrier_wait(&ss.kv_full[stage], (block_idx / KV_STAGES) & 1);
+      mbarrier_wait(&ss.vt_empty[vbuf][half], ((block_idx / VT_STAGES) & 1) ^ 1);
       const int n_valid = pc.seqlen - blk * BLOCK_N;
       if (n_valid >= BLOCK_N)
         transpose_tile<false>(smem_u32(ss.kv_content[stage][warp]), smem_u32(ss.vt[vbuf]), warp, lane, n_valid);
@@ -236,8 +220,13 @@ __device__ void run_producer(const KernelParams& kp, SharedStorage& ss, const Sc
       fence_proxy_async_smem();
       mbarrier_arrive(&ss.vt_full[vbuf][half]);
       mbarrier_arrive(&ss.kv_empty[stage]);
-      // The stage just transposed is refilled with block block_idx + KV_STAGES once the math warpgroups released it too.
-      if (tma_thread) loader.run(kp, ss, row, m_tile, warp, block_idx + 1, block_idx + 1 + KV_STAGES);
+      // Block block_idx + 2 goes into the stage of block_idx - 1, free once that block's hand-off was read by
+      // both math warpgroups (kv_empty): about when the other warpgroup finished the softmax of block_idx, which is
+      // also about when this warp's next V^T half frees up (vt_empty), so waiting for it here costs the next
+      // transpose nothing. Block block_idx + 3 is only tested. No polling anywhere: a spinning warp takes issue
+      // slots from the two math warps of its SM sub-partition (v9 spent ~300 of ~450 producer instructions per
+      // warp and block in polling loops).
+      if (tma_thread) loader.run(kp, ss, row, m_tile, warp, block_idx + KV_STAGES, block_idx + KV_STAGES + 1);
       __syncwarp();
     }
   }
