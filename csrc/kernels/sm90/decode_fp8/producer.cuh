@@ -35,12 +35,16 @@ namespace snapmla::sm90::decode_fp8 {
 // The cursor of one warp's TMA issuing lane: the next block to load and the piece it belongs to.
 //
 // The issuing lane also transposes, so it must never block on a barrier whose completion needs its own warp's
-// later transposes. After transposing block n the warp may block for blocks below `need` = n + 3: block n + 2
-// reuses the stage of n - 1, released by the transposes of n - 1 (every warp issues its part of a block before
-// it waits for that block, so the warp furthest behind never waits for another) and by the math warpgroups'
-// reads of n - 1's hand-off, which need the QK of n (its page was issued two transposes earlier) and nothing
-// this warp still has to transpose; the query tile of a new piece needs the QKs of the previous piece's blocks
-// (at most n + 1, issued). Blocks from `need` to `want` are prefetch: their barriers are only tested, and the
+// later transposes. After transposing block n the warp may block on kv_empty for blocks below `need` = n + 3:
+// block n + 2 reuses the stage of n - 1, released by the transposes of n - 1 (every warp issues its part of a
+// block before it waits for that block, so the warp furthest behind never waits for another) and by the math
+// warpgroups' reads of n - 1's hand-off, which need the QK of n (its page was issued two transposes earlier) and
+// nothing this warp still has to transpose. It may block on q_empty (warp 0, entering a new piece) only for
+// blocks below `need_q` = n + 2: a math warpgroup releases a piece's query tile after its last QK of the piece,
+// or, when it owns no block of the piece (always for an empty piece), only once it finished the previous piece,
+// i.e. after the PVs of that piece's blocks; entering the piece of block n + 2 past an empty piece would wait
+// for the PV of n + 1, which needs this warp's next transpose (a deadlock the full test sweep caught,
+// 2026-11-29). Blocks from the need bounds to `want` are prefetch: their barriers are only tested, and the
 // loader returns if one is not ready yet (it tries again after the next transpose).
 struct TmaLoader {
   int req;          // request of the piece whose blocks are being issued (begin_req - 1 before the first)
@@ -71,13 +75,13 @@ struct TmaLoader {
   // Issues warp `warp`'s loads until `want` blocks are issued or the schedule row is exhausted (warp 0 then
   // also issues the query tiles of trailing empty pieces, since the math warpgroups wait for every piece's Q).
   __device__ void run(const KernelParams& kp, SharedStorage& ss, const SchedRow& row, int m_tile, int warp,
-                      int need, int want) {
+                      int need_q, int need, int want) {
     const DecodeParams& p = kp.p;
     while (blocks < want) {
       const bool may_block = blocks < need;
       if (blk == blk_end) {
         if (req >= row.end_req) return;
-        if (warp == 0 && pieces > 0 && !ready(&ss.q_empty, (pieces - 1) & 1, may_block)) return;
+        if (warp == 0 && pieces > 0 && !ready(&ss.q_empty, (pieces - 1) & 1, blocks < need_q)) return;
         ++req;
         const Piece pc = make_piece(p, row, req);
         blk = pc.blk_begin;
@@ -201,7 +205,7 @@ __device__ void run_producer(const KernelParams& kp, SharedStorage& ss, const Sc
   TmaLoader loader;
   if (tma_thread) loader.init(row);
   // Prologue: block 0 (and its query tile) for sure, blocks 1 .. KV_STAGES - 1 if their barriers allow.
-  if (tma_thread) loader.run(kp, ss, row, m_tile, warp, 1, KV_STAGES);
+  if (tma_thread) loader.run(kp, ss, row, m_tile, warp, 1, 1, KV_STAGES);
   __syncwarp();
 
   int block_idx = 0;
@@ -226,11 +230,11 @@ __device__ void run_producer(const KernelParams& kp, SharedStorage& ss, const Sc
       // transpose nothing. Block block_idx + 3 is only tested. No polling anywhere: a spinning warp takes issue
       // slots from the two math warps of its SM sub-partition (v9 spent ~300 of ~450 producer instructions per
       // warp and block in polling loops).
-      if (tma_thread) loader.run(kp, ss, row, m_tile, warp, block_idx + KV_STAGES, block_idx + KV_STAGES + 1);
+      if (tma_thread) loader.run(kp, ss, row, m_tile, warp, block_idx + 2, block_idx + 3, block_idx + 4);
       __syncwarp();
     }
   }
-  if (tma_thread) loader.run(kp, ss, row, m_tile, warp, INT_MAX, INT_MAX);
+  if (tma_thread) loader.run(kp, ss, row, m_tile, warp, INT_MAX, INT_MAX, INT_MAX);
 }
 
 }  // namespace snapmla::sm90::decode_fp8
