@@ -1,0 +1,230 @@
+"""A model of the decode kernel's barrier protocol (csrc/kernels/sm90/decode_fp8), to find deadlocks on the CPU.
+
+The kernel's roles only meet at mbarriers, so whether a CTA can hang depends on the order of waits and arrivals
+alone. This model replays that order for one CTA's schedule row (a list of pieces, each a block count, zero
+included) with agents that are Python generators yielding barrier actions, and a scheduler that runs them in a
+random interleaving: the 2 math warpgroups (mainloop.cuh run_math), the 4 producer warps (producer.cuh
+run_producer and TmaLoader) and the TMA unit (completes each issued load at a random later step). A state where
+no agent can move (or where the only moves are failed polls, for a long time) is a deadlock.
+
+Barriers follow mbarrier semantics: an arrival count per phase, a completed-phase counter c, and waits by parity
+(a wait for parity P passes when c & 1 != P), so stale-parity aliasing would show up too. What is abstracted:
+the threads of a warpgroup (or warp) move together and arrive with their thread count; compute takes no time.
+
+Producer policies (Policy): which warps issue TMA, whether a warp polls its loader while it waits, and the
+loader's blocking bounds after transposing block n (TmaLoader: q_empty may block for blocks < need_q, kv_empty
+for blocks < need, prefetch up to want). `POLICIES` holds the kernel's past and present ones.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable, Generator, Optional
+
+KV_STAGES = 3
+VT_STAGES = 2
+WG_THREADS = 128
+WARP = 32
+
+
+class Barrier:
+    def __init__(self, name: str, count: int):
+        self.name, self.count, self.pending, self.completed = name, count, count, 0
+
+    def arrive(self, weight: int) -> None:
+        self.pending -= weight
+        if self.pending < 0:
+            raise AssertionError(f"{self.name}: {-self.pending} arrivals more than the phase expects")
+        if self.pending == 0:
+            self.completed += 1
+            self.pending = self.count
+
+    def passed(self, parity: int) -> bool:
+        return (self.completed & 1) != parity
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    issuers: tuple[int, ...]  # producer warps that issue TMA (kv_full takes one arrival per issuer)
+    poll: bool                # issuing warps poll their loader while waiting for kv_full / vt_empty
+    park_when_idle: bool      # ... and park in a plain wait once the loader has nothing left to issue
+    prologue: Optional[tuple[int, int, int]]      # (need_q, need, want) before the first block, or None
+    after: Callable[[int], tuple[int, int, int]]  # (need_q, need, want) after transposing block n
+
+
+INF = 1 << 30
+POLICIES = {
+    # v8 (2026-11-29): warp 0 alone issues, polls between tests, blocks only for the block it waits for.
+    "v8": Policy("v8", (0,), True, False, None, lambda n: (n + 1, n + 1, n + 1 + KV_STAGES)),
+    # v9: every warp issues its own content tile; parks once its loader is idle.
+    "v9": Policy("v9", (0, 1, 2, 3), True, True, None, lambda n: (n + 1, n + 1, n + 1 + KV_STAGES)),
+    # v11 as first written: no polling, blocking up to n + 2 for both barriers. Deadlocks when a piece past an
+    # empty one starts at n + 2 (q_empty of the empty piece needs the PV of n + 1).
+    "v11_first": Policy("v11_first", (0, 1, 2, 3), False, False, (1, 1, KV_STAGES), lambda n: (n + 3, n + 3, n + 4)),
+    # v11 fixed: q_empty may block only up to n + 1.
+    "v11": Policy("v11", (0, 1, 2, 3), False, False, (1, 1, KV_STAGES), lambda n: (n + 2, n + 3, n + 4)),
+}
+
+Action = tuple  # ("wait", bar, parity) | ("test", bar, parity) | ("arrive", bar, weight) | ("tma", bar)
+Agent = Generator[Action, Optional[bool], None]
+
+
+class Cta:
+    def __init__(self, pieces: list[int], policy: Policy):
+        self.pieces, self.policy = pieces, policy
+        b = Barrier
+        self.kv_full = [b(f"kv_full{i}", 2 * len(policy.issuers)) for i in range(KV_STAGES)]
+        self.kv_empty = [b(f"kv_empty{i}", 3 * WG_THREADS) for i in range(KV_STAGES)]
+        self.xchg_full = [b(f"xchg_full{i}", WG_THREADS) for i in range(KV_STAGES)]
+        self.vt_full = [[b(f"vt_full{i}{h}", 2 * WARP) for h in range(2)] for i in range(VT_STAGES)]
+        self.vt_empty = [[b(f"vt_empty{i}{h}", WG_THREADS) for h in range(2)] for i in range(VT_STAGES)]
+        self.q_full = b("q_full", 2)
+        self.q_empty = b("q_empty", 2 * WG_THREADS)
+
+    # ---- math warpgroup (mainloop.cuh run_math) ----
+    def pv(self, n: int, wg: int) -> Agent:
+        yield ("wait", self.vt_full[n % VT_STAGES][wg], (n // VT_STAGES) & 1)
+        yield ("arrive", self.vt_empty[n % VT_STAGES][wg], WG_THREADS)
+
+    def math(self, wg: int) -> Agent:
+        block_idx = 0
+        for i, nb in enumerate(self.pieces):
+            yield ("wait", self.q_full, i & 1)
+            first_own = 0 if (block_idx & 1) == wg else 1
+            if first_own >= nb:
+                yield ("arrive", self.q_empty, WG_THREADS)
+            for j in range(first_own, nb, 2):
+                n = block_idx + j
+                yield ("wait", self.kv_full[n % KV_STAGES], (n // KV_STAGES) & 1)  # QK
+                if j + 2 >= nb:
+                    yield ("arrive", self.q_empty, WG_THREADS)
+                if j > 0:
+                    yield ("wait", self.xchg_full[(n - 1) % KV_STAGES], ((n - 1) // KV_STAGES) & 1)
+                yield ("arrive", self.xchg_full[n % KV_STAGES], WG_THREADS)  # publish
+                if j > 0:
+                    yield ("arrive", self.kv_empty[(n - 1) % KV_STAGES], WG_THREADS)  # P(n - 1) read
+                    yield from self.pv(n - 1, wg)
+                yield ("arrive", self.kv_empty[n % KV_STAGES], WG_THREADS)  # own P read back
+                yield from self.pv(n, wg)
+            if nb > 0 and ((block_idx + nb - 1) & 1) != wg:
+                n = block_idx + nb - 1
+                yield ("wait", self.xchg_full[n % KV_STAGES], (n // KV_STAGES) & 1)
+                yield ("arrive", self.kv_empty[n % KV_STAGES], WG_THREADS)
+                yield from self.pv(n, wg)
+            block_idx += nb
+
+    # ---- producer warp (producer.cuh run_producer, TmaLoader) ----
+    def producer(self, warp: int) -> Agent:
+        pol = self.policy
+        issuer = warp in pol.issuers
+        ld = {"piece": -1, "blk": 0, "blk_end": 0, "pieces": 0, "blocks": 0}
+
+        def run(need_q: int, need: int, want: int):  # -> True when it got to `want` or the end of the row
+            while ld["blocks"] < want:
+                if ld["blk"] == ld["blk_end"]:
+                    if ld["piece"] + 1 >= len(self.pieces):
+                        return True
+                    if warp == 0 and ld["pieces"] > 0:
+                        ok = yield (("wait" if ld["blocks"] < need_q else "test"), self.q_empty,
+                                    (ld["pieces"] - 1) & 1)
+                        if ok is False:
+                            return False
+                    ld["piece"] += 1
+                    ld["blk"], ld["blk_end"] = 0, self.pieces[ld["piece"]]
+                    ld["pieces"] += 1
+                    if warp == 0:
+                        yield ("tma", self.q_full)
+                    continue
+                stage = ld["blocks"] % KV_STAGES
+                if ld["blocks"] >= KV_STAGES:
+                    ok = yield (("wait" if ld["blocks"] < need else "test"), self.kv_empty[stage],
+                                ((ld["blocks"] // KV_STAGES) - 1) & 1)
+                    if ok is False:
+                        return False
+                yield ("tma", self.kv_full[stage])
+                ld["blk"] += 1
+                ld["blocks"] += 1
+            return True
+
+        def wait(bar: Barrier, parity: int, n: int):
+            if not (issuer and pol.poll):
+                yield ("wait", bar, parity)
+                return
+            while True:
+                idle = yield from run(n + 1, n + 1, n + KV_STAGES)
+                if idle and pol.park_when_idle:
+                    yield ("wait", bar, parity)
+                    return
+                ok = yield ("test", bar, parity)
+                if ok:
+                    return
+
+        half = warp // 2
+        if issuer and pol.prologue:
+            yield from run(*pol.prologue)
+        n = 0
+        for nb in self.pieces:
+            for _ in range(nb):
+                yield from wait(self.kv_full[n % KV_STAGES], (n // KV_STAGES) & 1, n)
+                yield from wait(self.vt_empty[n % VT_STAGES][half], ((n // VT_STAGES) & 1) ^ 1, n)
+                yield ("arrive", self.vt_full[n % VT_STAGES][half], WARP)  # transposed
+                yield ("arrive", self.kv_empty[n % KV_STAGES], WARP)
+                if issuer:
+                    yield from run(*pol.after(n))
+                n += 1
+        if issuer:
+            yield from run(INF, INF, INF)
+
+
+def simulate(pieces: list[int], policy: Policy, seed: int, stall_limit: int = 4000) -> Optional[str]:
+    """Runs one random interleaving to the end. Returns None when every agent finished, else a description of
+    the deadlock (what each unfinished agent waits for)."""
+    rng = random.Random(seed)
+    cta = Cta(pieces, policy)
+    agents = {f"math{wg}": cta.math(wg) for wg in range(2)}
+    agents.update({f"warp{w}": cta.producer(w) for w in range(4)})
+    nxt: dict[str, Optional[Action]] = {}
+    for name, ag in agents.items():
+        nxt[name] = next(ag, None)
+    inflight: list[Barrier] = []  # issued TMA loads not yet complete
+    stall = 0
+    while True:
+        live = [a for a, act in nxt.items() if act is not None]
+        if not live and not inflight:
+            return None
+        runnable = [a for a in live if nxt[a][0] != "wait" or nxt[a][1].passed(nxt[a][2])]
+        if not runnable and not inflight:
+            return "deadlock: " + ", ".join(f"{a} waits {nxt[a][1].name} parity {nxt[a][2]}" for a in live)
+        if stall > stall_limit:
+            return "livelock (only failed polls): " + ", ".join(
+                f"{a} at {nxt[a][0]} {nxt[a][1].name}" for a in live)
+        if inflight and (not runnable or rng.random() < 0.3):
+            inflight.pop(rng.randrange(len(inflight))).arrive(1)
+            stall = 0
+            continue
+        a = rng.choice(runnable)
+        act = nxt[a]
+        result: Optional[bool] = None
+        if act[0] == "wait":
+            result = True
+        elif act[0] == "test":
+            result = act[1].passed(act[2])
+            stall = 0 if result else stall + 1
+        elif act[0] == "arrive":
+            act[1].arrive(act[2])
+            stall = 0
+        elif act[0] == "tma":
+            act[1].arrive(1)  # the issuer's arrive.expect_tx
+            inflight.append(act[1])  # complete_tx, later
+            stall = 0
+        try:
+            nxt[a] = agents[a].send(result)
+        except StopIteration:
+            nxt[a] = None
+
+
+def random_pieces(rng: random.Random) -> list[int]:
+    """A schedule row: 1-8 pieces of 0-9 blocks, zero-length pieces often, in any position."""
+    return [rng.choice([0, 0, 1, 1, 2, 3, 5, 9]) for _ in range(rng.randint(1, 8))]
