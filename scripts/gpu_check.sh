@@ -6,6 +6,7 @@
 # sanitize.log, ncu_h<h>.txt and the benchmarks' JSON/PNG (the device tool brings back at most 8 files). Needs the
 # nvidia-cutlass wheel in .whl/ (carried; see README).
 #   env: SNAPMLA_TESTS="<test files>" (default: every GPU test file, then the CPU suite),  SNAPMLA_SKIP_TESTS=1,
+#        SNAPMLA_TEST_TIMEOUT=420 (seconds per test file), SNAPMLA_TEST_HANG_S=240 (stack dump of a hung test),
 #        SNAPMLA_SANITIZE=1 (memcheck + racecheck on scripts/sanitize_small.py),
 #        SNAPMLA_NCU="16 128" (ncu of one decode launch per head count),
 #        SNAPMLA_BENCH="bench_quant bench_decode" (bench/<name>.py --out $OUT), SNAPMLA_BENCH_ARGS="--quick"
@@ -37,11 +38,16 @@ if [ "${SNAPMLA_SKIP_TESTS:-0}" != "1" ]; then
   for f in $files; do
     t1=$(date +%s)
     echo "=== $f" >> "$OUT/tests.log"
-    python3 -X faulthandler -m pytest -q -p no:cacheprovider -rfE "$f" > /tmp/one_test.log 2>&1
+    # Verbose and straight into tests.log, so a run cut short by the device's time limit still shows which test
+    # was running; a test that hangs gets its Python stack dumped (faulthandler_timeout) and the file is killed
+    # after SNAPMLA_TEST_TIMEOUT seconds (rc 124), so the files after it still run.
+    timeout "${SNAPMLA_TEST_TIMEOUT:-420}" python3 -X faulthandler -m pytest -v -p no:cacheprovider -rfE \
+      -o faulthandler_timeout="${SNAPMLA_TEST_HANG_S:-240}" "$f" > /tmp/one_test.log 2>&1 &
+    tail --pid=$! -n +1 -f /tmp/one_test.log >> "$OUT/tests.log"
+    wait $!
     frc=$?
-    cat /tmp/one_test.log >> "$OUT/tests.log"
     [ $frc -ne 0 ] && rc=$frc
-    echo "$f: rc=$frc $(tail -1 /tmp/one_test.log) [$(( $(date +%s) - t1 )) s]"
+    echo "$f: rc=$frc $(grep -E "passed|failed|error" /tmp/one_test.log | tail -1) [$(( $(date +%s) - t1 )) s]"
   done
   if [ -z "${SNAPMLA_TESTS:-}" ]; then
     echo "=== CPU suite" >> "$OUT/tests.log"
