@@ -3,7 +3,9 @@
 # tree's or a saved copy) plus extra nvcc flags. All variants build in parallel, each in its own copy of the
 # repository, then run (one after the other, same GPU, same process layout) the quick decode benchmark and,
 # unless SNAPMLA_VARIANT_TESTS is empty, a correctness test file. Prints one table with each variant's time
-# per case and its ratio to the first variant. Logs and JSON under $OUT (or .out/).
+# per case and its ratio to the first variant, and writes all of it as one JSON, $OUT/bench_variants_<time>.json
+# (the device call brings back at most 8 files: per-variant logs stay in /tmp/variant_<name>/, build logs of
+# failed builds are copied to $OUT).
 #   SNAPMLA_VARIANTS="name:csrc_dir:flags;..."   csrc_dir "." = this tree's csrc, else a path to a csrc copy
 #                                               (e.g. under .out/, carried); flags e.g. -DSNAPMLA_PV_DEPTH=3
 #   SNAPMLA_VARIANT_TESTS="tests/test_decode_kernel_gpu.py" (default), SNAPMLA_VARIANT_CASES="" (bench_decode
@@ -32,33 +34,36 @@ for v in "${VARIANTS[@]}"; do
   tar -C "$ROOT" --exclude=./build --exclude=./.git --exclude=./.out --exclude=./.whl -cf - . | tar -C "$dir" -xf -
   if [ "$src" != "." ]; then rm -rf "$dir/csrc"; cp -r "$ROOT/$src" "$dir/csrc"; fi
   ( cd "$dir" && NVCC_APPEND_FLAGS="$flags" MAX_JOBS=$jobs_each NVCC_THREADS=1 \
-      python3 setup.py build_ext --inplace > "$OUT/build_$name.log" 2>&1 \
-      || echo "BUILD FAILED: $name" ) &
+      python3 setup.py build_ext --inplace > "$dir/build.log" 2>&1 \
+      || { echo "BUILD FAILED: $name"; cp "$dir/build.log" "$OUT/build_$name.log"; } ) &
 done
 wait
 echo "builds: $(( $(date +%s) - t0 )) s"
 for name in "${names[@]}"; do
-  grep -E "error:|bytes spill" "$OUT/build_$name.log" | grep -v " 0 bytes spill" | head -5
+  grep -E "error:|bytes spill" "/tmp/variant_$name/build.log" | grep -v " 0 bytes spill" | head -5
 done
 for name in "${names[@]}"; do
   dir=/tmp/variant_$name
   [ -n "$(ls "$dir"/snapmla_ext/_C*.so 2>/dev/null)" ] || { echo "$name: no build"; continue; }
-  mkdir -p "$OUT/$name"
+  mkdir -p "$dir/out"
   if [ -n "$tests" ]; then
-    ( cd "$dir" && python3 -m pytest -q -p no:cacheprovider -x $tests > "$OUT/$name/tests.log" 2>&1 )
-    echo "$name tests: $(tail -1 "$OUT/$name/tests.log")"
+    ( cd "$dir" && timeout 300 python3 -m pytest -q -p no:cacheprovider -x $tests > "$dir/tests.log" 2>&1 )
+    echo "$name tests: $(tail -1 "$dir/tests.log")"
   fi
   if [ -n "${SNAPMLA_VARIANT_CASES:-}" ]; then bargs="--cases ${SNAPMLA_VARIANT_CASES}"; else bargs="--quick"; fi
-  ( cd "$dir" && timeout 300 python3 bench/bench_decode.py $bargs --out "$OUT/$name" > "$OUT/$name/bench.log" 2>&1 )
+  # The copy has no .git: the JSON records the variant as its revision.
+  ( cd "$dir" && SNAPMLA_GIT_REV="${SNAPMLA_GIT_REV:-unknown}+variant:$name" timeout 300 \
+      python3 bench/bench_decode.py $bargs --out "$dir/out" > "$dir/bench.log" 2>&1 )
 done
-python3 - "$OUT" "${names[@]}" <<'PY'
-import glob, json, os, sys
-out, names = sys.argv[1], sys.argv[2:]
-res = {}
+python3 - "$OUT" "${SNAPMLA_VARIANTS}" "${names[@]}" <<'PY'
+import glob, json, os, sys, time
+out, spec, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+res, runs = {}, {}
 for n in names:
-    files = sorted(glob.glob(os.path.join(out, n, "bench_decode_*.json")))
+    files = sorted(glob.glob(f"/tmp/variant_{n}/out/bench_decode_*.json"))
     if files:
-        res[n] = {r["name"]: r["us"] for r in json.load(open(files[-1]))["results"]}
+        runs[n] = json.load(open(files[-1]))
+        res[n] = {r["name"]: r["us"] for r in runs[n]["results"]}
 if not res:
     sys.exit("no results")
 base = names[0]
@@ -71,4 +76,7 @@ for c in cases:
         b = res.get(base, {}).get(c)
         row += f"{'-':>18}" if us is None else f"{us:>9.1f} ({(b / us if b else 0):4.2f}x)"
     print(row)
+path = os.path.join(out, time.strftime("bench_variants_%Y%m%dT%H%M%SZ.json", time.gmtime()))
+json.dump({"variants": spec, "baseline": base, "runs": runs}, open(path, "w"), indent=1)
+print("wrote", path)
 PY
