@@ -38,6 +38,15 @@ def test_random_rows_complete(policy):
         assert result is None, f"{policy} on row {row}, interleaving {case}: {result}"
 
 
+def test_merged_pv_stream_completes():
+    # The math order of branch decode-v12-exp (PV(n - 1) and PV(n) as one chunk stream) with v11's producer.
+    rng = random.Random(7)
+    rows = EDGE_ROWS + [random_pieces(rng) for _ in range(200)]
+    for case, row in enumerate(rows):
+        result = simulate(row, POLICIES["v11"], seed=case, merged_pv=True)
+        assert result is None, f"merged PV on row {row}, interleaving {case}: {result}"
+
+
 def test_model_finds_the_v11_deadlock():
     # Blocking on q_empty for block n + 2 right after transposing n: entering the piece after an empty one
     # waits for the math warpgroups to finish the piece before it, i.e. for the PV of n + 1, which waits for

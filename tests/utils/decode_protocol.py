@@ -72,8 +72,10 @@ Agent = Generator[Action, Optional[bool], None]
 
 
 class Cta:
-    def __init__(self, pieces: list[int], policy: Policy):
-        self.pieces, self.policy = pieces, policy
+    def __init__(self, pieces: list[int], policy: Policy, merged_pv: bool = False):
+        # merged_pv: PV(n - 1) and PV(n) as one chunk stream (branch decode-v12-exp): both P read first, the V^T
+        # of n waited for mid-stream, the V^T half of n - 1 released before that of n.
+        self.pieces, self.policy, self.merged_pv = pieces, policy, merged_pv
         b = Barrier
         self.kv_full = [b(f"kv_full{i}", 2 * len(policy.issuers)) for i in range(KV_STAGES)]
         self.kv_empty = [b(f"kv_empty{i}", 3 * WG_THREADS) for i in range(KV_STAGES)]
@@ -103,6 +105,14 @@ class Cta:
                 if j > 0:
                     yield ("wait", self.xchg_full[(n - 1) % KV_STAGES], ((n - 1) // KV_STAGES) & 1)
                 yield ("arrive", self.xchg_full[n % KV_STAGES], WG_THREADS)  # publish
+                if j > 0 and self.merged_pv:
+                    yield ("arrive", self.kv_empty[(n - 1) % KV_STAGES], WG_THREADS)  # P(n - 1) read
+                    yield ("arrive", self.kv_empty[n % KV_STAGES], WG_THREADS)  # own P read back
+                    yield ("wait", self.vt_full[(n - 1) % VT_STAGES][wg], ((n - 1) // VT_STAGES) & 1)
+                    yield ("wait", self.vt_full[n % VT_STAGES][wg], (n // VT_STAGES) & 1)
+                    yield ("arrive", self.vt_empty[(n - 1) % VT_STAGES][wg], WG_THREADS)
+                    yield ("arrive", self.vt_empty[n % VT_STAGES][wg], WG_THREADS)
+                    continue
                 if j > 0:
                     yield ("arrive", self.kv_empty[(n - 1) % KV_STAGES], WG_THREADS)  # P(n - 1) read
                     yield from self.pv(n - 1, wg)
@@ -178,11 +188,12 @@ class Cta:
             yield from run(INF, INF, INF)
 
 
-def simulate(pieces: list[int], policy: Policy, seed: int, stall_limit: int = 4000) -> Optional[str]:
+def simulate(pieces: list[int], policy: Policy, seed: int, stall_limit: int = 4000,
+             merged_pv: bool = False) -> Optional[str]:
     """Runs one random interleaving to the end. Returns None when every agent finished, else a description of
     the deadlock (what each unfinished agent waits for)."""
     rng = random.Random(seed)
-    cta = Cta(pieces, policy)
+    cta = Cta(pieces, policy, merged_pv)
     agents = {f"math{wg}": cta.math(wg) for wg in range(2)}
     agents.update({f"warp{w}": cta.producer(w) for w in range(4)})
     nxt: dict[str, Optional[Action]] = {}
