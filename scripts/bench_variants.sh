@@ -13,14 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-OUT=${OUT:-$ROOT/.out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-source scripts/host_compiler.sh
+source scripts/device_env.sh
 IFS=';' read -ra VARIANTS <<< "${SNAPMLA_VARIANTS:?set SNAPMLA_VARIANTS}"
 tests=${SNAPMLA_VARIANT_TESTS-tests/test_decode_kernel_gpu.py}
 jobs_each=$(( 16 / ${#VARIANTS[@]} )); [ $jobs_each -lt 1 ] && jobs_each=1

@@ -13,16 +13,9 @@
 #        SNAPMLA_GIT_REV=<local HEAD> (recorded in the bench JSON: the device's own clone HEAD is stale)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/.out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
+source scripts/device_env.sh
 exec > >(tee -a "$OUT/run.log") 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-source scripts/host_compiler.sh
 echo "host compiler: ${CXX:-c++}"
 t0=$(date +%s)
 # In-place build_ext, not `pip install -e .`: that machine has no network, and pip may try to fetch build deps.
