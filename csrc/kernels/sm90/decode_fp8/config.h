@@ -44,11 +44,12 @@ inline constexpr int PV_CHUNKS = D_V_PER_WG / PV_CHUNK_N;  // 8
 inline constexpr int VT_HALF_WARPS = TRANSPOSE_WARPS / NUM_MATH_WG;  // 2
 inline constexpr int VT_HALF_WRITERS = VT_HALF_WARPS * 32;            // 64
 
-// Register split (setmaxnreg): O~ (128 fp32) + S (32, dead during PV) or two PV chunk accumulators (2 x 16) +
-// P (8) + softmax state and addresses per math thread; the producer holds 16 loaded words and 16 transposed
-// ones plus addresses and the TMA cursor. 216 / 72 is the split with no spill on either side. The pool is what
-// the launch gave (__launch_bounds__(384, 1): 168 per thread), so 2 x MATH_REGS + PRODUCER_REGS <= 3 x 168,
-// else the setmaxnreg.inc of the math warpgroups would wait forever.
+// Register split (setmaxnreg): O~ (128 fp32) + S (32, dead during PV) or three PV chunk accumulators (3 x 16)
+// + P (8) + softmax state and addresses per math thread; the producer holds one ldmatrix result (4 words) and
+// the words it permutes plus addresses and its warp's TMA cursor. 216 / 72 is the split measured fastest: with
+// the ldmatrix transpose 232 / 40 also compiles without spills but ran 7 % slower at h_q = 16 (2026-11-29).
+// The pool is what the launch gave (__launch_bounds__(384, 1): 168 per thread), so
+// 2 x MATH_REGS + PRODUCER_REGS <= 3 x 168, else the setmaxnreg.inc of the math warpgroups would wait forever.
 inline constexpr int LAUNCH_REGS = 168;
 inline constexpr int MATH_REGS = 216;
 inline constexpr int PRODUCER_REGS = 72;

@@ -8,11 +8,13 @@
 //     (16 QGMMA k32 over the 512 content dims + 4 HGMMA k16 over the 64 RoPE dims, one fp32 accumulator), the
 //     online softmax and P quantised to e4m3 in registers, and hands P and the softmax state to the other
 //     warpgroup through the stage's RoPE tile. Both run PV for every block, each for its 256-column half of O
-//     (8 chunks of 2 QGMMA m64n32k32, A from registers, each chunk folded into O~ in fp32), in block order.
+//     (8 chunks of 2 QGMMA m64n32k32, 3 in flight, A from registers, each chunk folded into O~ in fp32), in block
+//     order.
 //     mainloop.cuh, softmax.cuh, exchange.cuh, epilogue.cuh.
-//   WG2 (producer, PRODUCER_REGS = 72): lane 0 of warp 0 issues TMA (query tile once per piece, 41216 B per
-//     page), the four warps transpose V into K-major V^T buffers and zero the tail of the last block.
-//     producer.cuh.
+//   WG2 (producer, PRODUCER_REGS = 72): lane 0 of each of the four warps issues the TMA of its content tile
+//     (warp 0 also the RoPE tile, the scales and the query tile once per piece; 41216 B per page, kv_full takes
+//     4 arrivals), up to two blocks ahead after each transpose, never polling; the four warps transpose V into
+//     K-major V^T buffers (ldmatrix / stmatrix) and zero the tail of the last block. producer.cuh.
 // Pipeline: 3 KV stages (content, RoPE, scales: kv_full by TMA bytes; xchg_full when the owner's hand-off is in
 // the RoPE tile; kv_empty when the hand-off was written and read and the transpose is done) and 2 V^T buffers
 // (vt_full / vt_empty per 256-row half: the two transposer warps of a half, the PV of the warpgroup reading
