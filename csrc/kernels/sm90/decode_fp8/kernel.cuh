@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_kernel(cons
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int i = 0; i < KV_STAGES; ++i) {
-      mbarrier_init(&ss.kv_full[i], 1);
+      mbarrier_init(&ss.kv_full[i], TMA_ISSUERS);
       mbarrier_init(&ss.kv_empty[i], MATH_THREADS + WG_THREADS);
       mbarrier_init(&ss.xchg_full[i], WG_THREADS);
     }

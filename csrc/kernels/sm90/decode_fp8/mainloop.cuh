@@ -13,8 +13,9 @@
 // other's QK or PV keeps the tensor cores busy, and QK is computed once per block (it was computed by both
 // warpgroups before 2026-11-29, which doubled the QK tensor work and its shared-memory reads).
 //
-// PV per block runs in 8 chunks of 32 output columns, each 2 x QGMMA m64n32k32 into a fresh accumulator (two of
-// them, so chunk c+1 runs while chunk c is folded in) -> O~ = O~ * scale + chunk (FFMA, fp32) -> vt_empty.
+// PV per block runs in 8 chunks of 32 output columns, each 2 x QGMMA m64n32k32 into a fresh accumulator (three
+// of them, so chunks c+1 and c+2 run while chunk c is folded in) -> O~ = O~ * scale + chunk (FFMA, fp32)
+// -> vt_empty.
 //
 // Why PV is not accumulated in place: an FP8 WGMMA adds into its fp32 accumulator with only ~14 significant
 // bits (the limit DeepSeek-V3 reports for Hopper FP8 GEMMs). O~ grows with every block while one block adds
@@ -23,9 +24,9 @@
 // tokens in one piece). Each block's P8 . V8 (64 tokens) is now summed by the tensor core alone and added to O~
 // in fp32 by the CUDA cores, which also folds the O~ rescale into the same FFMA.
 //
-// Registers per thread: O~ 128 + S 32 + k scales 16 during the softmax; O~ 128 + 8 P + 2 x 16 PV chunks during
-// PV (one block's P at a time: that is why the own P is read back rather than kept), within MATH_REGS = 216;
-// deeper pipelines do not fit (docs/decode_kernel.md, Next steps).
+// Registers per thread: O~ 128 + S 32 + k scales 16 (one half at a time, re-read) during the softmax; O~ 128 + 8 P
+// + 3 x 16 PV chunks during PV (one block's P at a time: that is why the own P is read back rather than kept),
+// within MATH_REGS = 216 (docs/decode_kernel.md, Next steps).
 #pragma once
 
 #include "kernels/sm90/common/mbarrier.cuh"
@@ -106,32 +107,38 @@ __device__ __forceinline__ void fold_chunk(float (&o)[128], const float (&acc)[1
   }
 }
 
-// PV of one block for this warpgroup's 256 columns, folded into O~ (see the header). Chunk c + 1 is issued
-// before chunk c is folded; the accumulator a chunk reuses was folded one step earlier. Warps with only padding
+// PV of one block for this warpgroup's 256 columns, folded into O~ (see the header). Chunks up to
+// c + PV_DEPTH - 1 are issued before chunk c is folded; the accumulator a chunk reuses was folded one step
+// earlier. Warps with only padding
 // rows (live_rows false) still take part in every WGMMA but leave O~ alone.
 __device__ __forceinline__ void pv_block(float (&o)[128], uint32_t (&p)[8], const float (&o_scale)[2],
                                          SharedStorage& ss, int block_idx, int wg, bool live_rows, bool two_rows) {
   const int vbuf = block_idx % VT_STAGES;
   mbarrier_wait(&ss.vt_full[vbuf][wg], (block_idx / VT_STAGES) & 1);
   const uint32_t vt_base = smem_u32(ss.vt[vbuf]) + wg * D_V_PER_WG * BLOCK_N;
-  float acc[2][16];
+  float acc[PV_DEPTH][16];
   wgmma_fence_operands(p);
-  wgmma_arrive();
-  issue_pv_chunk(acc[0], p, vt_base, 0);
-  wgmma_commit();
+#pragma unroll
+  for (int c = 0; c + 1 < PV_DEPTH; ++c) {
+    wgmma_arrive();
+    issue_pv_chunk(acc[c], p, vt_base, c);
+    wgmma_commit();
+  }
 #pragma unroll
   for (int c = 0; c < PV_CHUNKS; ++c) {
-    if (c + 1 < PV_CHUNKS) {
-      wgmma_fence_operands(acc[(c + 1) % 2]);
+    const int next = c + PV_DEPTH - 1;
+    if (next < PV_CHUNKS) {
+      wgmma_fence_operands(acc[next % PV_DEPTH]);
       wgmma_arrive();
-      issue_pv_chunk(acc[(c + 1) % 2], p, vt_base, c + 1);
+      issue_pv_chunk(acc[next % PV_DEPTH], p, vt_base, next);
       wgmma_commit();
-      wgmma_wait<1>();
-    } else {
-      wgmma_wait<0>();
     }
-    wgmma_fence_operands(acc[c % 2]);
-    if (live_rows) fold_chunk(o, acc[c % 2], o_scale, c, two_rows);
+    // Chunks issued after c may stay in flight: min(PV_DEPTH - 1, PV_CHUNKS - 1 - c) of them.
+    if (PV_CHUNKS - 1 - c >= PV_DEPTH - 1) wgmma_wait<PV_DEPTH - 1>();
+    else if (PV_CHUNKS - 1 - c == 1) wgmma_wait<1>();
+    else wgmma_wait<0>();
+    wgmma_fence_operands(acc[c % PV_DEPTH]);
+    if (live_rows) fold_chunk(o, acc[c % PV_DEPTH], o_scale, c, two_rows);
   }
   wgmma_fence_operands(p);
   mbarrier_arrive(&ss.vt_empty[vbuf][wg]);
@@ -205,13 +212,13 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
       const int n_vis[2] = {limit[0] - blk * BLOCK_N, limit[1] - blk * BLOCK_N};
       // A warp whose 16 rows are all padding (rows >= q_rows: 48 of the 64 at h_q = 16) skips the softmax and
       // the packing: its P stays 0 and its O~ rows stay 0 (never stored).
-      float ks[16], mx[2];
+      float mx[2];
       const bool whole = n_vis[0] >= BLOCK_N && n_vis[1] >= BLOCK_N;
       if (live_rows) {
         if (whole)
-          softmax_logits<false>(s, ss.kv_scale[stage], q_mul, n_vis, t, two_rows, ks, mx);
+          softmax_logits<false>(s, ss.kv_scale[stage], q_mul, n_vis, t, two_rows, mx);
         else
-          softmax_logits<true>(s, ss.kv_scale[stage], q_mul, n_vis, t, two_rows, ks, mx);
+          softmax_logits<true>(s, ss.kv_scale[stage], q_mul, n_vis, t, two_rows, mx);
       }
       // The previous block (the other warpgroup's) gives the state this block starts from.
       float o_scale_prev[2] = {1.f, 1.f};
@@ -221,9 +228,9 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
         uint32_t p_blk[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         if (live_rows) {
           if (whole)
-            softmax_probs<false>(s, ks, mx, n_vis, t, two_rows, st, o_scale);
+            softmax_probs<false>(s, ss.kv_scale[stage], mx, n_vis, t, two_rows, st, o_scale);
           else
-            softmax_probs<true>(s, ks, mx, n_vis, t, two_rows, st, o_scale);
+            softmax_probs<true>(s, ss.kv_scale[stage], mx, n_vis, t, two_rows, st, o_scale);
           pack_p(s, st, p_blk);
         }
         publish_block(smem_u32(ss.kv_rope[stage]), p_blk, st, o_scale, tid, row0, t == 0);

@@ -60,13 +60,23 @@ __device__ __forceinline__ uint32_t pack_e4m3x4(float v0, float v1, float v2, fl
   return r;
 }
 
+// ks[2i + e] = the k scale of the thread's column 8i + 2t + e (t = lane % 4), 8 LDS.64.
+__device__ __forceinline__ void load_k_scales(const float (&k_scale)[BLOCK_N], int t, float (&ks)[16]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
+                 : "=f"(ks[2 * i]), "=f"(ks[2 * i + 1])
+                 : "r"(smem_u32(&k_scale[8 * i + 2 * t])));
+  }
+}
+
 // The softmax of a block runs in two halves so that the owner of a block (mainloop.cuh) can compute its logits
 // and row maxima before it has the state of the previous block, which the other math warpgroup may still be
 // producing.
 //
 // Half 1. s: the thread's QK accumulator (32 fp32, fragment layout of wgmma.cuh), turned into base-2 logits
-// (-inf where masked). k_scale: the block's 64 per-token scales in shared memory (the thread reads its 16
-// columns as float2 into ks). q_mul[r]: q_scale * softmax_scale * log2 e of row r; n_vis[r]: visible tokens of
+// (-inf where masked). k_scale: the block's 64 per-token scales in shared memory (each half reads the thread's
+// 16 columns as float2: 8 LDS.64 again rather than 16 registers held across the hand-off wait). q_mul[r]: q_scale * softmax_scale * log2 e of row r; n_vis[r]: visible tokens of
 // row r in this block (<= 0: none, >= 64: all). mx[r]: the row's block maximum (-inf when nothing is visible).
 // MASKED = false is the path for blocks both rows see whole (all but the last block or two of a piece): no
 // selects, 2 x 32 instructions per thread fewer over both halves. two_rows = false (warp-uniform: the warp's
@@ -74,14 +84,9 @@ __device__ __forceinline__ uint32_t pack_e4m3x4(float v0, float v1, float v2, fl
 // is untouched, and its P (packed from whatever s holds) only reaches padding rows of O~.
 template <bool MASKED>
 __device__ __forceinline__ void softmax_logits(float (&s)[32], const float (&k_scale)[BLOCK_N], const float (&q_mul)[2],
-                                               const int (&n_vis)[2], int t, bool two_rows, float (&ks)[16],
-                                               float (&mx)[2]) {
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {  // ks[2i + e]: scale of column 8i + 2t + e
-    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
-                 : "=f"(ks[2 * i]), "=f"(ks[2 * i + 1])
-                 : "r"(smem_u32(&k_scale[8 * i + 2 * t])));
-  }
+                                               const int (&n_vis)[2], int t, bool two_rows, float (&mx)[2]) {
+  float ks[16];
+  load_k_scales(k_scale, t, ks);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     mx[r] = -INFINITY;
@@ -105,9 +110,11 @@ __device__ __forceinline__ void softmax_logits(float (&s)[32], const float (&k_s
 // Half 2, given st = the state after the previous block of the piece. Out: s holds p'_j (0 where masked), st
 // the state after this block, o_scale[r] the factor O~ takes before this block's PV is added.
 template <bool MASKED>
-__device__ __forceinline__ void softmax_probs(float (&s)[32], const float (&ks)[16], const float (&mx)[2],
+__device__ __forceinline__ void softmax_probs(float (&s)[32], const float (&k_scale)[BLOCK_N], const float (&mx)[2],
                                               const int (&n_vis)[2], int t, bool two_rows, RowState (&st)[2],
                                               float (&o_scale)[2]) {
+  float ks[16];  // read again rather than kept from half 1: 16 registers at the math warpgroups' peak
+  load_k_scales(k_scale, t, ks);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (r == 1 && !two_rows) break;

@@ -44,7 +44,7 @@ struct alignas(1024) SharedStorage {
   uint8_t kv_rope[KV_STAGES][ROPE_TILE_BYTES];
   uint8_t vt[VT_STAGES][D_V * BLOCK_N];
   float kv_scale[KV_STAGES][BLOCK_N];
-  uint64_t kv_full[KV_STAGES];   // TMA: KV_STAGE_TX_BYTES, one arrival (the issuing thread)
+  uint64_t kv_full[KV_STAGES];   // TMA: KV_STAGE_TX_BYTES, TMA_ISSUERS arrivals (lane 0 of each producer warp)
   uint64_t kv_empty[KV_STAGES];  // MATH_THREADS + WG_THREADS arrivals: each math warpgroup once it copied the
                                  // block's P out of the hand-off (the owner reads its own back), the transposer
   uint64_t xchg_full[KV_STAGES]; // WG_THREADS arrivals: the owner wrote the hand-off into kv_rope (exchange.cuh)
