@@ -30,6 +30,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from snapmla_ext import layout as L  # noqa: E402
+from snapmla_ext.decode_ops import NARROW_MAX_Q_ROWS  # noqa: E402
 
 FP8_TFLOPS, BF16_TFLOPS = 1258.0, 679.0  # docs/anchors.md, measured matmul ceilings of the project's H200
 
@@ -134,6 +135,15 @@ def run_case(case: Case, fm, ceiling_gbps: float, H) -> H.Result:
     meta, splits = get_mla_metadata(seqlens, case.s_q * case.h_q, 1)
     fn = lambda: flash_mla_with_kvcache(q, cache, block_table, seqlens, L.D_CONTENT, meta, splits)  # noqa: E731
     us = H.time_cold(fn)
+    # q_rows <= 16 runs the narrow kernel; the wide one (forced by SNAPMLA_DECODE_KERNEL=wide) is timed on the
+    # same inputs in the same run, for the side-by-side ratio.
+    wide_us = None
+    if case.s_q * case.h_q <= NARROW_MAX_Q_ROWS:
+        os.environ["SNAPMLA_DECODE_KERNEL"] = "wide"
+        try:
+            wide_us = H.time_cold(fn)
+        finally:
+            del os.environ["SNAPMLA_DECODE_KERNEL"]
     del cache
     torch.cuda.empty_cache()
 
@@ -158,6 +168,7 @@ def run_case(case: Case, fm, ceiling_gbps: float, H) -> H.Result:
         num_sm_parts=int(meta.shape[0]), total_splits=int(splits[-1]), tflops=tflops, kv_gbps=kv_gbps,
         pct_roofline=100.0 * roof_us / us, baseline_us=baseline_us, baseline=baseline_kind,
         speedup=(baseline_us / us) if baseline_us else None,
+        wide_kernel_us=wide_us, narrow_vs_wide=(wide_us / us) if wide_us else None,
     )
     q_bytes = rows * L.D_QK * 2
     out_bytes = rows * (L.D_CONTENT * 2 + 4)
@@ -171,7 +182,8 @@ def run_case(case: Case, fm, ceiling_gbps: float, H) -> H.Result:
 def print_line(r) -> None:
     p = r.params
     speed = f"{p['speedup']:.2f}x ({p['baseline']})" if p["speedup"] else "-"
-    print(f"{r.name:<34} {r.us:10.1f} {p['tflops']:9.1f} {p['kv_gbps']:9.1f} {p['pct_roofline']:7.1f}%  {speed}",
+    wide = f"  [wide kernel {p['wide_kernel_us']:.1f} us: narrow {p['narrow_vs_wide']:.2f}x]" if p.get("wide_kernel_us") else ""
+    print(f"{r.name:<34} {r.us:10.1f} {p['tflops']:9.1f} {p['kv_gbps']:9.1f} {p['pct_roofline']:7.1f}%  {speed}{wide}",
           flush=True)
 
 

@@ -28,6 +28,8 @@ from snapmla_ext.cache import SnapMLAKVCache, as_cache_tensor
 from snapmla_ext.types import QuantizedQ
 
 BLOCK_M = 64  # query rows (s * h_q + h) per decode CTA; csrc/kernels/sm90/decode_fp8/launch.h
+# q_rows up to which the narrow kernel runs (launch.h NARROW_MAX_Q_ROWS; SNAPMLA_DECODE_KERNEL=wide overrides)
+NARROW_MAX_Q_ROWS = 16
 SCHED_META_INTS = 8  # int32 per tile_scheduler_metadata row; csrc/kernels/sched/sched_meta.h
 CPU_PLAN_SM_COUNT = 132  # SMs assumed when planning for CPU seqlens (H100 SXM / H200): the CPU plan mirrors a GPU's
 

@@ -31,6 +31,11 @@ CASES = [
     ("many_pieces_per_cta_h16", 40, 1, 16, [130] * 40, False, 4),
     # 1024 blocks in one piece: PV accumulated inside the FP8 tensor core alone drifted to rel L2 2.6e-2 here.
     ("long_unsplit_piece_h16", 1, 1, 16, [65536], False, 1),
+    # The narrow kernel (q_rows <= 16: h_q = 16 above and these): fewer rows than the 16 of its tile, odd h_q,
+    # causal s_q = 2, partial and single-token last blocks, an empty request, forced splits.
+    ("narrow_h8_varlen", 4, 1, 8, [1, 63, 64, 1000], False, None),
+    ("narrow_causal_sq2_h8", 2, 2, 8, [130, 64], True, None),
+    ("narrow_h3_split_empty", 3, 1, 3, [2000, 0, 777], False, 30),
 ]
 
 
@@ -56,6 +61,23 @@ def test_kernel_matches_emulation(name, b, s_q, h_q, seqlens, causal, parts):
     assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse)), "+inf lse positions differ"
     assert not torch.isnan(out).any() and not torch.isnan(lse).any()
     assert o_err <= O_REL_L2 and o_cos <= O_COS and lse_err <= LSE_ATOL
+
+
+@pytest.mark.parametrize("s_q,h_q,causal", [(1, 16, False), (2, 8, True)])
+def test_narrow_and_wide_kernels_agree(monkeypatch, s_q, h_q, causal):
+    """q_rows <= 16 runs the narrow kernel; SNAPMLA_DECODE_KERNEL=wide forces the wide one on the same inputs.
+    Both compute the same P8 (p' / max p' per row and block does not depend on the block order) and differ only
+    in fp32 summation order (the narrow kernel merges two warpgroups' states per piece), so they agree far
+    more closely than either does with the float64 attention."""
+    seqlens = [5000, 0, 1, 4097, 2000]
+    p = make_paged_inputs(len(seqlens), s_q, h_q, seqlens, seed=77 + h_q, device="cuda")
+    narrow = _run(p, s_q, h_q, causal, None)
+    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "wide")
+    wide = _run(p, s_q, h_q, causal, None)
+    o_err, lse_err = rel_l2(narrow[0].float(), wide[0].float()), max_abs(narrow[1], wide[1])
+    print(f"\nnarrow vs wide: o rel_l2 {o_err:.3e} | lse max_abs {lse_err:.3e}")
+    assert torch.equal(torch.isinf(narrow[1]), torch.isinf(wide[1]))
+    assert o_err <= 1e-3 and lse_err <= 1e-4
 
 
 def test_kernel_is_deterministic():

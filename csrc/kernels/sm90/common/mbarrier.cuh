@@ -76,6 +76,12 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+// Named CTA barrier `id` (1..15; 0 is __syncthreads) over `count` threads (a multiple of 32): every thread
+// blocks until `count` threads arrived; shared-memory writes before it are visible to the readers after it.
+__device__ __forceinline__ void named_barrier_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
 // Per-warpgroup register budget (needs __launch_bounds__(threads, 1) on the kernel; counts are multiples of 8).
 template <int REGS>
 __device__ __forceinline__ void setmaxnreg_inc() {

@@ -24,8 +24,13 @@ __host__ __device__ constexpr int rows_per_warp(int q_rows) { return q_rows >= B
 // query row first + k. rpw = rows_per_warp(q_rows).
 __host__ __device__ constexpr int warp_first_q_row(int m_tile, int warp, int rpw) { return (4 * m_tile + warp) * rpw; }
 
-// Launches the decode kernel over grid (num_m_tiles(q_rows), num_sm_parts). Writes out/lse for requests done
+// Query rows up to which the narrow kernel (narrow/kernel.cuh, query rows as the WGMMA N) runs instead.
+inline constexpr int NARROW_MAX_Q_ROWS = 16;
+
+// Launches the decode kernel: the narrow one over grid (1, num_sm_parts) when q_rows <= NARROW_MAX_Q_ROWS (and
+// SNAPMLA_DECODE_KERNEL is not "wide"), else the wide one over grid (num_m_tiles(q_rows), num_sm_parts). Writes out/lse for requests done
 // in one piece and o_accum/lse_accum for split ones (the combine kernel runs after, see combine/launch.h).
 void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream);
+void launch_decode_fp8_narrow(const DecodeParams& params, cudaStream_t stream);
 
 }  // namespace snapmla::sm90::decode_fp8

@@ -25,6 +25,7 @@
 
 #include <climits>
 
+#include "kernels/sm90/common/ldmatrix.cuh"
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
@@ -124,19 +125,6 @@ struct TmaLoader {
     }
   }
 };
-
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&x)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
-               : "r"(addr)
-               : "memory");
-}
-
-__device__ __forceinline__ void stsm_x4(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c),
-               "r"(d)
-               : "memory");
-}
 
 // One warp: content tile `tile` of a stage -> V^T rows 128*tile .. +127. n_valid = tokens of the block inside
 // the sequence (64 except in the last block; MASKED = false skips the masking when it is 64).

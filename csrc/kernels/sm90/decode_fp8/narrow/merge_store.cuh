@@ -1,0 +1,118 @@
+// Narrow decode kernel, end of a piece: the two math warpgroups each hold the online-softmax result of their
+// own blocks of the piece (alternate blocks: O~ as O^T fragments, m, inv and a partial L~ per thread). They are
+// merged like two splits of the combine kernel and stored, each warpgroup storing 256 of the 512 dims:
+//   L_w = sum of the warpgroup's partial L~ (reduce_cols);  M = max(m_0, m_1);
+//   w_k = 2^(m_k - M) / inv_k (0 for a warpgroup that saw no token);  L = L_0 w_0 + L_1 w_1;
+//   o = (O~_0 w_0 + O~_1 w_1) / L;  lse2 = M + log2 L (log2 domain; with one side empty this is the wide
+//   kernel's m + log2(L~ / inv)).
+//   one piece in the request:  out (bf16) = o and lse = ln 2 * lse2; a row with no visible token gets o = 0 and
+//                              lse = +inf.
+//   split request:             o_accum[num_splits[r] + split] (fp32) = o and lse_accum = lse2 (-inf when empty).
+// Warpgroup wg keeps m-tiles 4wg .. 4wg + 3 and hands the other four to its peer through xfer (16 KB each way,
+// thread i's fragment to thread i: the same rows and dims in both warpgroups, so float4 stores and loads with
+// no permutation), between two barriers over both warpgroups (BAR_MERGE): the first publishes, the second
+// keeps the next piece's merge from overwriting xfer and col_state before they are read.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/sm90/common/mbarrier.cuh"
+#include "kernels/sm90/decode_fp8/narrow/config.h"
+#include "kernels/sm90/decode_fp8/narrow/qk_softmax.cuh"
+#include "kernels/sm90/decode_fp8/schedule.cuh"
+
+namespace snapmla::sm90::decode_fp8::narrow {
+
+// WG: the calling warpgroup, a template parameter so the m-tiles it keeps and gives are register indices.
+template <int WG>
+__device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowStorage& ss, int req, int split, int tid,
+                                                const float (&o)[M_TILES][ACC], const ColState (&cs)[COLS_PER_THREAD]) {
+  constexpr int wg = WG;
+  const int warp = tid / 32, lane = tid % 32, t = lane % 4, r = lane / 4;
+  float l_sum[COLS_PER_THREAD];
+#pragma unroll
+  for (int ce = 0; ce < COLS_PER_THREAD; ++ce) l_sum[ce] = cs[ce].l;
+  reduce_cols<false>(l_sum, &ss.red[wg][0][0][0], warp, lane, BAR_WG0 + wg);
+  if (warp == 0 && lane < 4) {
+#pragma unroll
+    for (int ce = 0; ce < COLS_PER_THREAD; ++ce)
+      ss.col_state[wg][8 * (ce / 2) + 2 * t + ce % 2] = make_float4(cs[ce].m, cs[ce].inv, l_sum[ce], 0.f);
+  }
+  constexpr int give = wg == 0 ? M_TILES / 2 : 0;  // m-tiles handed to the peer
+  constexpr int keep = M_TILES / 2 - give;
+#pragma unroll
+  for (int m = 0; m < M_TILES / 2; ++m) {
+#pragma unroll
+    for (int k4 = 0; k4 < ACC / 4; ++k4)
+      ss.xfer[wg][2 * m + k4][tid] =
+          make_float4(o[give + m][4 * k4], o[give + m][4 * k4 + 1], o[give + m][4 * k4 + 2], o[give + m][4 * k4 + 3]);
+  }
+  named_barrier_sync(BAR_MERGE, MATH_THREADS);
+
+  float f_own[COLS_PER_THREAD], f_peer[COLS_PER_THREAD], lse2[COLS_PER_THREAD];
+  bool empty[COLS_PER_THREAD];
+#pragma unroll
+  for (int ce = 0; ce < COLS_PER_THREAD; ++ce) {
+    const int c = 8 * (ce / 2) + 2 * t + ce % 2;
+    const float4 peer = ss.col_state[wg ^ 1][c];
+    const float m = fmaxf(cs[ce].m, peer.x);
+    empty[ce] = m == -INFINITY;
+    const float w_own = cs[ce].m == -INFINITY ? 0.f : exp2f(cs[ce].m - m) / cs[ce].inv;
+    const float w_peer = peer.x == -INFINITY ? 0.f : exp2f(peer.x - m) / peer.y;
+    const float l = l_sum[ce] * w_own + peer.z * w_peer;
+    f_own[ce] = empty[ce] ? 0.f : w_own / l;
+    f_peer[ce] = empty[ce] ? 0.f : w_peer / l;
+    lse2[ce] = empty[ce] ? -INFINITY : m + log2f(l);
+  }
+
+  const int split_begin = p.num_splits[req];
+  const bool single = p.num_splits[req + 1] - split_begin == 1;
+#pragma unroll
+  for (int m = 0; m < M_TILES / 2; ++m) {
+    float v[ACC];
+#pragma unroll
+    for (int k4 = 0; k4 < ACC / 4; ++k4) {
+      const float4 x = ss.xfer[wg ^ 1][2 * m + k4][tid];
+      const float peer[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int k = 4 * k4 + j, ce = 2 * (k / 4) + k % 2;
+        v[k] = o[keep + m][k] * f_own[ce] + peer[j] * f_peer[ce];
+      }
+    }
+    // Accumulator index 4i + 2rr + e: query row 8i + 2t + e, dim 64 mt + 16 warp + 2r + rr (pv.cuh).
+    const int dim = 64 * (keep + m) + 16 * warp + 2 * r;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int row = 8 * i + 2 * t + e;
+        if (row >= p.q_rows) continue;
+        if (single) {
+          __nv_bfloat16* g_out = p.out + (static_cast<int64_t>(req) * p.q_rows + row) * D_V + dim;  // (b, q_rows, 512)
+          *reinterpret_cast<__nv_bfloat162*>(g_out) = __floats2bfloat162_rn(v[4 * i + e], v[4 * i + 2 + e]);
+        } else {
+          const int64_t acc_row = static_cast<int64_t>(split_begin + split) * p.q_rows + row;
+          float* g_acc = p.o_accum + acc_row * D_V + dim;  // (total_splits, q_rows, 512)
+          *reinterpret_cast<float2*>(g_acc) = make_float2(v[4 * i + e], v[4 * i + 2 + e]);
+        }
+      }
+    }
+  }
+  if (wg == 0 && warp == 0 && lane < 4) {
+#pragma unroll
+    for (int ce = 0; ce < COLS_PER_THREAD; ++ce) {
+      const int row = 8 * (ce / 2) + 2 * t + ce % 2;
+      if (row >= p.q_rows) continue;
+      if (single) {
+        const int s = row / p.h_q, h = row % p.h_q;
+        p.lse[(static_cast<int64_t>(req) * p.h_q + h) * p.s_q + s] = empty[ce] ? INFINITY : lse2[ce] * LN2;  // (b, h_q, s_q)
+      } else {
+        p.lse_accum[static_cast<int64_t>(split_begin + split) * p.q_rows + row] = lse2[ce];  // (total_splits, q_rows)
+      }
+    }
+  }
+  named_barrier_sync(BAR_MERGE, MATH_THREADS);
+}
+
+}  // namespace snapmla::sm90::decode_fp8::narrow

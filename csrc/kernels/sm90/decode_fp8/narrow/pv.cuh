@@ -1,0 +1,119 @@
+// Narrow decode kernel, math warpgroup, second half of a block: O^T (512 dims x 16 rows) += V^T . P^T with V^T
+// as the register A operand, transposed on the way from the page's content tiles (ldmatrix), and P^T from
+// shared memory (qk_softmax.cuh). No V^T buffer in shared memory and no transposer warps: each math warp turns
+// 16 LDSM.x4.trans + 64 PRMT per block into the A fragments of its rows.
+//
+// A fragment of m-tile mt (dims 64 mt ..), k-step g (tokens 32 g ..), warp w, lane (r = lane / 4, q = lane % 4)
+// (8-bit A layout, wgmma.cuh): a[0] = row 16w + r at k positions 4q .. 4q + 3, a[1] = row + 8, a[2] / a[3] the
+// same rows at k + 16. Both the row -> dim and the k -> token maps are ours to choose, as long as P^T uses the same
+// k order and the epilogue the same dims:
+//   - rows: accumulator row 16w + r is dim 64 mt + 16w + 2r, row 16w + r + 8 is dim 64 mt + 16w + 2r + 1;
+//   - k: position 16h + 4q + j of k-step g is token 32g + 16h + 2q + {0, 1, 8, 9}[j].
+// Then one ldmatrix.x4.trans (16-bit granularity) over the 16-B column chunk of dims 64 mt + 16w .. +15 and
+// tokens 32g + 8k + 0..7 (matrix k) gives lane (r, q) the bytes {token 2q: dims 2r, 2r + 1; token 2q + 1: same}
+// of each matrix, and PRMT 0x6420 / 0x7531 of matrices (0, 1) select dim 2r / 2r + 1 of tokens
+// {2q, 2q + 1, 2q + 8, 2q + 9}: a[0] / a[1]; matrices (2, 3) give a[2] / a[3]. The rows of a matrix are 8
+// consecutive tokens, which Swizzle-128B puts in 8 distinct 16-B bank groups: no bank conflict.
+//
+// Each block's product goes into fresh accumulators (the FP8 WGMMA accumulates with ~14 significant bits,
+// decode_fp8/mainloop.cuh) and is folded into O^T in fp32 with the block's rescale: O^T = O^T * o_scale + acc.
+// The 8 m-tiles go out in 4 waves of 2 (4 WGMMA m64n16k32 each); wave k + 1 is loaded and issued before wave k
+// is folded. Tokens past the sequence (last block) are zeroed in the A fragments: unused cache slots may hold
+// NaN, and 0 (P) * NaN = NaN.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/sm90/common/ldmatrix.cuh"
+#include "kernels/sm90/common/mbarrier.cuh"
+#include "kernels/sm90/common/wgmma.cuh"
+#include "kernels/sm90/decode_fp8/narrow/config.h"
+
+namespace snapmla::sm90::decode_fp8::narrow {
+
+// The thread's A fragments of m-tile mt, k-steps 0 and 1. content: the stage's 4 content tiles (64 tokens x
+// 128 B each, Swizzle-128B); n_valid: tokens of the block inside the sequence (MASKED only).
+template <bool MASKED>
+__device__ __forceinline__ void load_v_frags(uint32_t (&a)[PV_STEPS][4], uint32_t content, int mt, int warp, int lane,
+                                             int n_valid) {
+  const int k = lane / 8, i = lane % 8;  // address role: row i of matrix k
+  const int chunk = (mt % 2) * 4 + warp;  // 16-B chunk of the 128-B token row of tile mt / 2
+  const uint32_t base = content + (mt / 2) * CONTENT_TILE_BYTES + (8 * k + i) * SWIZZLE_ROW_BYTES + ((chunk ^ i) << 4);
+  const int q = lane % 4;
+#pragma unroll
+  for (int g = 0; g < PV_STEPS; ++g) {
+    uint32_t x[4];
+    ldsm_x4_trans(base + 32 * g * SWIZZLE_ROW_BYTES, x);
+    uint32_t keep_lo = 0xffffffffu, keep_hi = 0xffffffffu;  // bytes of tokens 32g + 16h + 2q + {0, 1, 8, 9}
+    if (MASKED) {
+      const int lim_lo = n_valid - 32 * g - 2 * q, lim_hi = lim_lo - 16;
+      keep_lo = (lim_lo > 0 ? 0x000000ffu : 0u) | (lim_lo > 1 ? 0x0000ff00u : 0u) | (lim_lo > 8 ? 0x00ff0000u : 0u) |
+                (lim_lo > 9 ? 0xff000000u : 0u);
+      keep_hi = (lim_hi > 0 ? 0x000000ffu : 0u) | (lim_hi > 1 ? 0x0000ff00u : 0u) | (lim_hi > 8 ? 0x00ff0000u : 0u) |
+                (lim_hi > 9 ? 0xff000000u : 0u);
+    }
+    a[g][0] = __byte_perm(x[0], x[1], 0x6420) & keep_lo;
+    a[g][1] = __byte_perm(x[0], x[1], 0x7531) & keep_lo;
+    a[g][2] = __byte_perm(x[2], x[3], 0x6420) & keep_hi;
+    a[g][3] = __byte_perm(x[2], x[3], 0x7531) & keep_hi;
+  }
+}
+
+__device__ __forceinline__ void issue_pv_wave(float (&acc)[WAVE_MT][ACC], const uint32_t (&a)[WAVE_MT][PV_STEPS][4],
+                                              uint64_t pt_desc) {
+#pragma unroll
+  for (int m = 0; m < WAVE_MT; ++m) wgmma_fence_operands(acc[m]);
+  wgmma_arrive();
+#pragma unroll
+  for (int m = 0; m < WAVE_MT; ++m) {
+#pragma unroll
+    for (int g = 0; g < PV_STEPS; ++g) wgmma_m64n16k32_e4m3_rs(acc[m], a[m][g], pt_desc + ((g * K_STEP_BYTES) >> 4), g > 0);
+  }
+  wgmma_commit();
+}
+
+// O^T[mt] = O^T[mt] * o_scale[column] + acc; accumulator index 4i + 2rr + e is column (row of the query)
+// 8i + 2t + e, i.e. o_scale[2i + e].
+__device__ __forceinline__ void fold_tile(float (&o)[ACC], const float (&acc)[ACC], const float (&o_scale)[COLS_PER_THREAD]) {
+#pragma unroll
+  for (int k = 0; k < ACC; ++k) o[k] = fmaf(o[k], o_scale[2 * (k / 4) + k % 2], acc[k]);
+}
+
+// PV of one block into O^T. content: the stage's content tiles; pt: the warpgroup's P^T (written and fenced
+// by store_pt); kv_empty: released (this warpgroup's 128 arrivals) once the last A fragment is loaded, which
+// is the warpgroup's last read of the stage.
+template <bool MASKED>
+__device__ __forceinline__ void pv_block(float (&o)[M_TILES][ACC], const float (&o_scale)[COLS_PER_THREAD], uint32_t content,
+                                         uint32_t pt, uint64_t* kv_empty, int warp, int lane, int n_valid) {
+  const uint64_t pt_desc = make_smem_desc(pt, 8 * BLOCK_N, SmemSwizzle::k64B);  // 512 B per 8 rows of 64 B
+  uint32_t a[2][WAVE_MT][PV_STEPS][4];
+  float acc[2][WAVE_MT][ACC];
+#pragma unroll
+  for (int m = 0; m < WAVE_MT; ++m) load_v_frags<MASKED>(a[0][m], content, m, warp, lane, n_valid);
+  issue_pv_wave(acc[0], a[0], pt_desc);
+#pragma unroll
+  for (int wv = 0; wv < WAVES; ++wv) {
+    if (wv + 1 < WAVES) {
+      // Distinct registers from the wave in flight (a[wv % 2]); a[(wv + 1) % 2] belonged to wave wv - 1, retired.
+#pragma unroll
+      for (int m = 0; m < WAVE_MT; ++m)
+        load_v_frags<MASKED>(a[(wv + 1) % 2][m], content, (wv + 1) * WAVE_MT + m, warp, lane, n_valid);
+      if (wv + 2 == WAVES) mbarrier_arrive(kv_empty);
+      issue_pv_wave(acc[(wv + 1) % 2], a[(wv + 1) % 2], pt_desc);
+      wgmma_wait<1>();
+    } else {
+      wgmma_wait<0>();
+    }
+#pragma unroll
+    for (int m = 0; m < WAVE_MT; ++m) {
+      // Wave wv retired: its A registers (kept live up to here, so nothing else takes them while the tensor
+      // core may still read them) and accumulators are free.
+#pragma unroll
+      for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[wv % 2][m][g]);
+      wgmma_fence_operands(acc[wv % 2][m]);
+      fold_tile(o[wv * WAVE_MT + m], acc[wv % 2][m], o_scale);
+    }
+  }
+}
+
+}  // namespace snapmla::sm90::decode_fp8::narrow
