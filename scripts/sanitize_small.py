@@ -24,6 +24,7 @@ CASES = [  # (b, s_q, h_q, seqlens, causal, num_sm_parts)
     (3, 1, 16, [130, 0, 64], False, None),
     (2, 2, 64, [65, 200], True, 8),
     (1, 1, 128, [257], False, 3),
+    (3, 2, 8, [200, 1, 0], True, 4),  # the narrow kernel (q_rows <= 16), causal, forced split, both warpgroups
 ]
 
 
