@@ -16,8 +16,8 @@
 //   WG2 (producer, N_PRODUCER_REGS = 40): one thread issues the TMA loads: the query tile once per piece (10 KB,
 //     rows past q_rows zero-filled) and the page of each block (41216 B). Nothing else runs there, so it simply
 //     blocks on each barrier it needs.
-// Pipeline: 4 KV stages (kv_full: TMA bytes; kv_empty: the owner's 128 threads once their last ldmatrix of the
-// stage is done), 2 query buffers (q_full / q_empty, by piece parity). Barrier phases come from one running
+// Pipeline: 4 KV stages (kv_full: TMA bytes; kv_empty: the owner's 128 threads once its QK retired; the V^T
+// fragments and k scales are in registers by then), 2 query buffers (q_full / q_empty, by piece parity). Barrier phases come from one running
 // block index and one running piece index that every role counts the same way (decode_fp8/schedule.cuh).
 // Shared memory: 4 x 40.25 KB stages + 2 x 10 KB query + 2 KB P^T + 32 KB merge + 2.5 KB = 216.5 KB
 // (narrow/config.h).
@@ -70,6 +70,9 @@ __device__ void run_producer(const KernelParams& kp, NarrowStorage& ss, const Sc
   }
 }
 
+// One block owned by this warpgroup: QK issued, V^T fragments loaded and the k scales read while it runs; the
+// stage goes back to the producer once the QK retired (the earlier a stage is free, the more pages are in
+// flight: the kernel is bound by HBM). Then the softmax, P^T and the PV from registers.
 template <bool MASKED_SOFTMAX, bool MASKED_V>
 __device__ __forceinline__ void own_block(NarrowStorage& ss, int wg, int warp, int lane, int stage, int qbuf,
                                           const float (&q_mul)[COLS_PER_THREAD], const int (&n_vis)[COLS_PER_THREAD],
@@ -82,16 +85,21 @@ __device__ __forceinline__ void own_block(NarrowStorage& ss, int wg, int warp, i
   wgmma_arrive();
   issue_qk_t(s, ss, stage, qbuf);
   wgmma_commit();
+  uint32_t a[M_TILES][PV_STEPS][4];
+  load_v_block<MASKED_V>(a, smem_u32(ss.kv_content[stage]), warp, lane, n_valid);
+  const int tau0 = 16 * warp + lane / 4;  // the thread's tokens tau0, tau0 + 8 (qk_softmax.cuh)
+  const float ks[2] = {ss.kv_scale[stage][tau0], ss.kv_scale[stage][tau0 + 8]};
   wgmma_wait<0>();
   wgmma_fence_operands(s);
+  mbarrier_arrive(&ss.kv_empty[stage]);
   if (release_q) mbarrier_arrive(&ss.q_empty[qbuf]);
   const int bar_id = BAR_WG0 + wg;
   float o_scale[COLS_PER_THREAD];
-  softmax_cols<MASKED_SOFTMAX>(s, ss.kv_scale[stage], q_mul, n_vis, cs, o_scale, &ss.red[wg][0][0][0],
-                               &ss.red[wg][1][0][0], warp, lane, bar_id);
+  softmax_cols<MASKED_SOFTMAX>(s, ks, q_mul, n_vis, cs, o_scale, &ss.red[wg][0][0][0], &ss.red[wg][1][0][0], warp,
+                               lane, bar_id);
   const uint32_t pt = smem_u32(ss.pt[wg]);
   store_pt(pt, s, cs, warp, lane, bar_id);
-  pv_block<MASKED_V>(o, o_scale, smem_u32(ss.kv_content[stage]), pt, &ss.kv_empty[stage], warp, lane, n_valid);
+  pv_block(o, o_scale, a, pt);
 }
 
 __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, const SchedRow& row, int wg) {

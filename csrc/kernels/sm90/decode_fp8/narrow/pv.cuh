@@ -17,8 +17,8 @@
 //
 // Each block's product goes into fresh accumulators (the FP8 WGMMA accumulates with ~14 significant bits,
 // decode_fp8/mainloop.cuh) and is folded into O^T in fp32 with the block's rescale: O^T = O^T * o_scale + acc.
-// The 8 m-tiles go out in 4 waves of 2 (4 WGMMA m64n16k32 each); wave k + 1 is loaded and issued before wave k
-// is folded. Tokens past the sequence (last block) are zeroed in the A fragments: unused cache slots may hold
+// All 64 A registers of a block are loaded while its QK runs (the stage is then free once the QK retired); the
+// 8 m-tiles go out in 4 waves of 2 (4 WGMMA m64n16k32 each), wave k + 1 issued before wave k is folded. Tokens past the sequence (last block) are zeroed in the A fragments: unused cache slots may hold
 // NaN, and 0 (P) * NaN = NaN.
 #pragma once
 
@@ -79,37 +79,40 @@ __device__ __forceinline__ void fold_tile(float (&o)[ACC], const float (&acc)[AC
   for (int k = 0; k < ACC; ++k) o[k] = fmaf(o[k], o_scale[2 * (k / 4) + k % 2], acc[k]);
 }
 
-// PV of one block into O^T. content: the stage's content tiles; pt: the warpgroup's P^T (written and fenced
-// by store_pt); kv_empty: released (this warpgroup's 128 arrivals) once the last A fragment is loaded, which
-// is the warpgroup's last read of the stage.
+// All A fragments of a block (8 m-tiles x 2 k-steps x 4 words = 64 registers), loaded right after the QK is
+// issued so that the stage can go back to the producer as soon as the QK retired (kernel.cuh).
 template <bool MASKED>
-__device__ __forceinline__ void pv_block(float (&o)[M_TILES][ACC], const float (&o_scale)[COLS_PER_THREAD], uint32_t content,
-                                         uint32_t pt, uint64_t* kv_empty, int warp, int lane, int n_valid) {
-  const uint64_t pt_desc = make_smem_desc(pt, 8 * BLOCK_N, SmemSwizzle::k64B);  // 512 B per 8 rows of 64 B
-  uint32_t a[2][WAVE_MT][PV_STEPS][4];
-  float acc[2][WAVE_MT][ACC];
+__device__ __forceinline__ void load_v_block(uint32_t (&a)[M_TILES][PV_STEPS][4], uint32_t content, int warp, int lane,
+                                             int n_valid) {
 #pragma unroll
-  for (int m = 0; m < WAVE_MT; ++m) load_v_frags<MASKED>(a[0][m], content, m, warp, lane, n_valid);
-  issue_pv_wave(acc[0], a[0], pt_desc);
+  for (int mt = 0; mt < M_TILES; ++mt) load_v_frags<MASKED>(a[mt], content, mt, warp, lane, n_valid);
+  // Pin the permuted words here: left to itself the compiler sinks the PRMTs down to each WGMMA, and ptxas then
+  // injects a warpgroup.arrive before every PV WGMMA (C7519) to order those register writes.
+#pragma unroll
+  for (int mt = 0; mt < M_TILES; ++mt) {
+#pragma unroll
+    for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[mt][g]);
+  }
+}
+
+// PV of one block into O^T, A from registers (load_v_block), B = P^T at pt (written and fenced by store_pt).
+// Waves of WAVE_MT m-tiles; wave k + 1 is issued before wave k is folded.
+__device__ __forceinline__ void pv_block(float (&o)[M_TILES][ACC], const float (&o_scale)[COLS_PER_THREAD],
+                                         const uint32_t (&a)[M_TILES][PV_STEPS][4], uint32_t pt) {
+  const uint64_t pt_desc = make_smem_desc(pt, 8 * BLOCK_N, SmemSwizzle::k64B);  // 512 B per 8 rows of 64 B
+  float acc[2][WAVE_MT][ACC];
+  issue_pv_wave(acc[0], *reinterpret_cast<const uint32_t(*)[WAVE_MT][PV_STEPS][4]>(&a[0]), pt_desc);
 #pragma unroll
   for (int wv = 0; wv < WAVES; ++wv) {
     if (wv + 1 < WAVES) {
-      // Distinct registers from the wave in flight (a[wv % 2]); a[(wv + 1) % 2] belonged to wave wv - 1, retired.
-#pragma unroll
-      for (int m = 0; m < WAVE_MT; ++m)
-        load_v_frags<MASKED>(a[(wv + 1) % 2][m], content, (wv + 1) * WAVE_MT + m, warp, lane, n_valid);
-      if (wv + 2 == WAVES) mbarrier_arrive(kv_empty);
-      issue_pv_wave(acc[(wv + 1) % 2], a[(wv + 1) % 2], pt_desc);
+      issue_pv_wave(acc[(wv + 1) % 2], *reinterpret_cast<const uint32_t(*)[WAVE_MT][PV_STEPS][4]>(&a[(wv + 1) * WAVE_MT]),
+                    pt_desc);
       wgmma_wait<1>();
     } else {
       wgmma_wait<0>();
     }
 #pragma unroll
     for (int m = 0; m < WAVE_MT; ++m) {
-      // Wave wv retired: its A registers (kept live up to here, so nothing else takes them while the tensor
-      // core may still read them) and accumulators are free.
-#pragma unroll
-      for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[wv % 2][m][g]);
       wgmma_fence_operands(acc[wv % 2][m]);
       fold_tile(o[wv * WAVE_MT + m], acc[wv % 2][m], o_scale);
     }

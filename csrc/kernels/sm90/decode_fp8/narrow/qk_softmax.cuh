@@ -96,7 +96,7 @@ __device__ __forceinline__ void reduce_cols(float (&v)[COLS_PER_THREAD], float* 
   }
 }
 
-// The softmax of one block on the thread's S^T fragment. k_scale: the stage's 64 per-token scales; q_mul[ce]:
+// The softmax of one block on the thread's S^T fragment. ks: the k scales of the thread's tokens tau0, tau0 + 8; q_mul[ce]:
 // q_scale * softmax_scale * log2 e of row ce; n_vis[ce]: visible tokens of the row in this block (<= 0 none,
 // >= 64 all). red_max / red_pmax: the warpgroup's two reduction slots (distinct, so one barrier each suffices:
 // a slot is rewritten only after every thread passed the other slot's barrier). Out: s holds p'_j (0 where
@@ -104,12 +104,11 @@ __device__ __forceinline__ void reduce_cols(float (&v)[COLS_PER_THREAD], float* 
 // MASKED = false: every row sees the whole block (no selects). A row with no visible token keeps its state
 // (o_scale 1; its p' are 0), as in the wide kernel.
 template <bool MASKED>
-__device__ __forceinline__ void softmax_cols(float (&s)[ACC], const float* k_scale, const float (&q_mul)[COLS_PER_THREAD],
+__device__ __forceinline__ void softmax_cols(float (&s)[ACC], const float (&ks)[2], const float (&q_mul)[COLS_PER_THREAD],
                                              const int (&n_vis)[COLS_PER_THREAD], ColState (&cs)[COLS_PER_THREAD],
                                              float (&o_scale)[COLS_PER_THREAD], float* red_max, float* red_pmax,
                                              int warp, int lane, int bar_id) {
   const int tau0 = 16 * warp + lane / 4;  // tokens tau0 (rr = 0) and tau0 + 8 (rr = 1)
-  const float ks[2] = {k_scale[tau0], k_scale[tau0 + 8]};
   float mx[COLS_PER_THREAD];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
