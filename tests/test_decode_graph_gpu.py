@@ -73,3 +73,27 @@ def test_torch_compile_matches_eager():
     eager_out, eager_lse = step_old_style(p.q, p.cache.data, p.block_table, p.cache_seqlens, None)
     assert_bitwise_equal(out, eager_out, "out")
     assert_bitwise_equal(lse, eager_lse, "lse")
+
+
+def test_graph_replay_narrow_kernel(monkeypatch):
+    """The narrow kernel (q_rows <= 16, forced: these lengths are below its automatic threshold) captured and
+    replayed with new seqlens, forced split."""
+    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "narrow")
+    b, s_q, h_q = 5, 1, 16
+
+    def step(q, cache, block_table, seqlens):
+        meta, splits = get_mla_metadata(seqlens, s_q * h_q, 1, num_sm_parts=200)
+        return flash_mla_with_kvcache(q, cache, block_table, seqlens, L.D_CONTENT, meta, splits)
+
+    full = [3000, 65, 4096, 1, 700]
+    p = make_paged_inputs(b, s_q, h_q, full, seed=63, device="cuda")
+    q, seqlens = p.q.clone(), p.cache_seqlens.clone()
+    graph, (out, lse) = capture(step, q, p.cache, p.block_table, seqlens)
+    for i, new_lens in enumerate([[0, 64, 4096, 1, 3], full]):
+        q.copy_(make_q(b, s_q, h_q, seed=64 + i, device="cuda"))
+        seqlens.copy_(torch.tensor(new_lens, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        eager_out, eager_lse = step(q, p.cache, p.block_table, seqlens)
+        assert_bitwise_equal(out, eager_out, f"out (replay {i}, seqlens {new_lens})")
+        assert_bitwise_equal(lse, eager_lse, f"lse (replay {i}, seqlens {new_lens})")

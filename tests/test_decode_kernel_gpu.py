@@ -12,7 +12,7 @@ import torch
 
 from snapmla_ext import layout as L
 from snapmla_ext import reference
-from snapmla_ext.decode_ops import flash_mla_with_kvcache, get_mla_metadata
+from snapmla_ext.decode_ops import NARROW_MAX_Q_ROWS, flash_mla_with_kvcache, get_mla_metadata
 from utils.compare import cos_diff, max_abs, rel_l2
 from utils.data import make_paged_inputs
 
@@ -49,7 +49,9 @@ def _run(p, s_q, h_q, causal, parts):
 
 
 @pytest.mark.parametrize("name,b,s_q,h_q,seqlens,causal,parts", CASES, ids=[c[0] for c in CASES])
-def test_kernel_matches_emulation(name, b, s_q, h_q, seqlens, causal, parts):
+def test_kernel_matches_emulation(monkeypatch, name, b, s_q, h_q, seqlens, causal, parts):
+    if s_q * h_q <= NARROW_MAX_Q_ROWS:
+        monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "narrow")  # these sizes would go to the wide kernel
     p = make_paged_inputs(b, s_q, h_q, seqlens, seed=sum(map(ord, name)), device="cuda")
     out, lse = _run(p, s_q, h_q, causal, parts)
     ref_out, ref_lse = reference.decode(p.q, p.cache, p.block_table, p.cache_seqlens, causal=causal)
@@ -65,12 +67,13 @@ def test_kernel_matches_emulation(name, b, s_q, h_q, seqlens, causal, parts):
 
 @pytest.mark.parametrize("s_q,h_q,causal", [(1, 16, False), (2, 8, True)])
 def test_narrow_and_wide_kernels_agree(monkeypatch, s_q, h_q, causal):
-    """q_rows <= 16 runs the narrow kernel; SNAPMLA_DECODE_KERNEL=wide forces the wide one on the same inputs.
+    """SNAPMLA_DECODE_KERNEL forces the narrow and the wide kernel on the same inputs (q_rows <= 16).
     Both compute the same P8 (p' / max p' per row and block does not depend on the block order) and differ only
     in fp32 summation order (the narrow kernel merges two warpgroups' states per piece), so they agree far
     more closely than either does with the float64 attention."""
     seqlens = [5000, 0, 1, 4097, 2000]
     p = make_paged_inputs(len(seqlens), s_q, h_q, seqlens, seed=77 + h_q, device="cuda")
+    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "narrow")
     narrow = _run(p, s_q, h_q, causal, None)
     monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "wide")
     wide = _run(p, s_q, h_q, causal, None)
@@ -80,9 +83,18 @@ def test_narrow_and_wide_kernels_agree(monkeypatch, s_q, h_q, causal):
     assert o_err <= 1e-3 and lse_err <= 1e-4
 
 
-def test_kernel_is_deterministic():
-    p = make_paged_inputs(3, 2, 64, [5000, 64, 777], seed=7, device="cuda")
-    a = _run(p, 2, 64, True, 30)
-    b = _run(p, 2, 64, True, 30)
+@pytest.mark.parametrize("s_q,h_q", [(2, 64), (1, 16)], ids=["wide", "narrow"])
+def test_kernel_is_deterministic(monkeypatch, s_q, h_q):
+    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "narrow")  # only affects q_rows <= 16
+    p = make_paged_inputs(3, s_q, h_q, [5000, 64, 777], seed=7, device="cuda")
+    a = _run(p, s_q, h_q, True, 30)
+    b = _run(p, s_q, h_q, True, 30)
     assert torch.equal(a[0].view(torch.int16), b[0].view(torch.int16))
     assert torch.equal(a[1].view(torch.int32), b[1].view(torch.int32))
+
+
+def test_kernel_choice_env_is_checked(monkeypatch):
+    p = make_paged_inputs(1, 1, 16, [100], seed=5, device="cuda")
+    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "fast")
+    with pytest.raises(RuntimeError, match="SNAPMLA_DECODE_KERNEL must be auto, narrow or wide, got 'fast'"):
+        _run(p, 1, 16, False, None)

@@ -77,3 +77,27 @@ def test_no_local_memory_in_any_kernel(sass_by_function):
     for name, sass in sass_by_function.items():
         spills = re.findall(r"\b(LDL|STL)\b", sass)
         assert not spills, f"{name}: local-memory traffic ({len(spills)} LDL/STL): register spills"
+
+
+def test_narrow_decode_kernel_shows_its_design(sass_by_function):
+    """q_rows <= 16 (narrow/kernel.cuh): S^T = K . Q^T and O^T = V^T . P^T with the query rows as N = 16, V^T as
+    register A operand built by LDSM.trans, no V^T store to shared memory (no STSM), WGMMAs not serialised."""
+    names = [n for n in sass_by_function if "snapmla_decode_fp8_narrow_kernel" in n]
+    assert len(names) == 1, f"expected one narrow decode kernel instantiation, found {names}"
+    sass = sass_by_function[names[0]]
+    qgmma = re.findall(r"QGMMA\.64x16x32\.F32\.E4M3\.E4M3", sass)
+    pv_rs = re.findall(r"QGMMA\.64x16x32\.F32\.E4M3\.E4M3 R\d+, R\d+, gdesc", sass)  # A from registers
+    hgmma = re.findall(r"HGMMA\.64x16x16\.F32\.BF16", sass)
+    # Per block: 16 SS QGMMAs (QK content) + 4 HGMMAs (RoPE) + 16 RS QGMMAs (PV); the block body exists in
+    # three variants (no masking, masked softmax, masked softmax and V tail).
+    assert len(qgmma) >= 32 and len(qgmma) % 32 == 0, f"{len(qgmma)} QGMMA.64x16x32 (32 per block body expected)"
+    assert len(pv_rs) == len(qgmma) // 2, f"PV must take V^T from registers: {len(pv_rs)} of {len(qgmma)} RS"
+    assert len(hgmma) >= 4 and len(hgmma) % 4 == 0, "RoPE k-group must be 4 HGMMA.64x16x16 per block body"
+    assert "LDSM.16.MT88.4" in sass, "V^T fragments must come from ldmatrix.trans"
+    assert "STSM" not in sass, "the narrow kernel must not write V^T back to shared memory"
+    assert "UTMALDG" in sass and "USETMAXREG" in sass
+    # One WARPGROUP.ARRIVE per commit group: 1 QK + 4 PV waves per block body. More means ptxas injected
+    # fences (C7519) or serialised the WGMMAs.
+    bodies = len(qgmma) // 32
+    arrives = len(re.findall(r"WARPGROUP\.ARRIVE", sass))
+    assert arrives == 5 * bodies, f"{arrives} WARPGROUP.ARRIVE for {bodies} block bodies (5 each expected)"

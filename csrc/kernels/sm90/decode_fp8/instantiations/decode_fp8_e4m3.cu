@@ -1,9 +1,10 @@
 // Explicit instantiation of the wide decode kernel (64-row query tiles) for the FP8 (e4m3) SnapMLA cache, and
-// the decode launcher, which picks the narrow kernel (instantiations/decode_fp8_e4m3_narrow.cu) for q_rows <= 16.
+// the decode launcher, which picks the narrow kernel (instantiations/decode_fp8_e4m3_narrow.cu) for q_rows <= 16
+// when the work per CTA is large enough (use_narrow).
 #include <cuda_fp8.h>
 
 #include <cstdlib>
-#include <cstring>
+#include <string>
 
 #include "kernels/sm90/decode_fp8/kernel.cuh"
 #include "kernels/sm90/decode_fp8/kernel_params.h"
@@ -15,11 +16,21 @@ template __global__ void snapmla_decode_fp8_kernel<__nv_fp8_e4m3>(const __grid_c
 
 namespace {
 
-// SNAPMLA_DECODE_KERNEL=wide keeps q_rows <= 16 on the wide kernel: for side-by-side benchmarks and tests of
-// both kernels in one process (read per call, so a test can switch it).
-bool force_wide() {
+// Which kernel runs a call with q_rows <= NARROW_MAX_Q_ROWS. SNAPMLA_DECODE_KERNEL (read per call, so tests and
+// benchmarks can switch it in one process): "narrow" or "wide" force one, unset or "auto" picks by the work per
+// CTA: the narrow kernel is 1.2-1.6x faster from ~60 blocks per CTA up (b = 64 / 128, H200) but 0.8-0.95x of the
+// wide one at b <= 16 with 8k tokens (<= 16 blocks per CTA), where per-block latency, not HBM, sets the time.
+// The host knows no sequence length (no sync), so the rule uses the bound the block table gives:
+// b * max_pages_per_req / num_sm_parts >= NARROW_MIN_BLOCKS_PER_CTA.
+bool use_narrow(const DecodeParams& p) {
+  if (p.q_rows > NARROW_MAX_Q_ROWS) return false;
   const char* v = std::getenv("SNAPMLA_DECODE_KERNEL");
-  return v != nullptr && std::strcmp(v, "wide") == 0;
+  const std::string choice = v == nullptr ? "auto" : v;
+  TORCH_CHECK(choice == "auto" || choice == "narrow" || choice == "wide",
+              "SNAPMLA_DECODE_KERNEL must be auto, narrow or wide, got '", choice, "'");
+  if (choice != "auto") return choice == "narrow";
+  return static_cast<int64_t>(p.b) * p.max_pages_per_req >=
+         static_cast<int64_t>(NARROW_MIN_BLOCKS_PER_CTA) * p.num_sm_parts;
 }
 
 }  // namespace
@@ -28,7 +39,7 @@ void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream) {
   TORCH_CHECK(params.q_rows > 0 && params.b > 0 && params.num_sm_parts > 0 && params.num_blocks > 0,
               "launch_decode_fp8: empty problem (b = ", params.b, ", q_rows = ", params.q_rows,
               ", num_sm_parts = ", params.num_sm_parts, ", num_blocks = ", params.num_blocks, ")");
-  if (params.q_rows <= NARROW_MAX_Q_ROWS && !force_wide()) {
+  if (use_narrow(params)) {
     launch_decode_fp8_narrow(params, stream);
     return;
   }
