@@ -20,16 +20,20 @@ from utils.data import make_paged_inputs  # noqa: E402
 
 from snapmla_ext import ops, reference  # noqa: E402
 
-CASES = [  # (b, s_q, h_q, seqlens, causal, num_sm_parts)
-    (3, 1, 16, [130, 0, 64], False, None),
-    (2, 2, 64, [65, 200], True, 8),
-    (1, 1, 128, [257], False, 3),
-    (3, 2, 8, [200, 1, 0], True, 4),  # the narrow kernel (q_rows <= 16), causal, forced split, both warpgroups
+CASES = [  # (b, s_q, h_q, seqlens, causal, num_sm_parts, SNAPMLA_DECODE_KERNEL)
+    (3, 1, 16, [130, 0, 64], False, None, "wide"),
+    (3, 1, 16, [130, 0, 64], False, None, "narrow"),
+    (2, 2, 64, [65, 200], True, 8, "auto"),  # q_rows > 16: always the wide kernel
+    (1, 1, 128, [257], False, 3, "auto"),
+    # The narrow kernel (q_rows <= 16), causal, forced split, both warpgroups. Forced: shapes this small go to
+    # the wide kernel by default (launch.h NARROW_MIN_BLOCKS_PER_CTA).
+    (3, 2, 8, [200, 1, 0], True, 4, "narrow"),
 ]
 
 
 def main():
-    for i, (b, s_q, h_q, seqlens, causal, parts) in enumerate(CASES):
+    for i, (b, s_q, h_q, seqlens, causal, parts, kernel) in enumerate(CASES):
+        os.environ["SNAPMLA_DECODE_KERNEL"] = kernel
         inp = make_paged_inputs(b, s_q, h_q, seqlens, seed=900 + i, device="cuda", append=ops.append_kv)
         kw = {} if parts is None else {"num_sm_parts": parts}
         meta, splits = ops.get_mla_metadata(inp.cache_seqlens, s_q * h_q, 1, **kw)
@@ -40,7 +44,7 @@ def main():
         torch.cuda.synchronize()
         ref_out, ref_lse = reference.decode(inp.q, inp.cache, inp.block_table, inp.cache_seqlens, causal=causal)
         err = (out.float() - ref_out.float()).norm() / ref_out.float().norm().clamp_min(1e-30)
-        print(f"case {i}: b={b} s_q={s_q} h_q={h_q} seqlens={seqlens} causal={causal} parts={parts}: "
+        print(f"case {i}: b={b} s_q={s_q} h_q={h_q} seqlens={seqlens} causal={causal} parts={parts} {kernel}: "
               f"rel L2 vs reference {err.item():.2e}, fetched {tuple(rows.shape)}")
 
 
