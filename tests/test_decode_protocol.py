@@ -1,4 +1,4 @@
-"""The decode kernel's barrier protocol cannot deadlock (CPU model, tests/utils/decode_protocol.py).
+"""The decode kernels' barrier protocols cannot deadlock (CPU model, tests/utils/decode_protocol.py).
 
 A hang on the GPU shows up as a test that never returns, and the schedules that trigger one (an empty piece
 between two pieces of a CTA's row, a piece that starts just where the producer's lookahead ends) are rare in
@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from utils.decode_protocol import POLICIES, random_pieces, simulate
+from utils.decode_protocol import POLICIES, random_pieces, simulate, simulate_narrow
 
 # Rows with the structures that matter: empty pieces first, in the middle and last; one-block pieces (a math
 # warpgroup owning no block of a piece); a piece starting two blocks after the previous one's first.
@@ -65,3 +65,20 @@ def test_model_rejects_an_extra_arrival():
     bar.arrive(2)
     with pytest.raises(AssertionError, match="more than the phase expects"):
         bar.arrive(3)
+
+
+def test_narrow_kernel_protocol_completes():
+    # narrow/kernel.cuh: one TMA thread, 4 stages released by the block's owner, 2 query buffers, the merge's
+    # two bar.syncs over both math warpgroups at the end of every piece (empty pieces included).
+    rng = random.Random(11)
+    rows = EDGE_ROWS + [[12], [0, 13, 0], [1, 11, 2]] + [random_pieces(rng) for _ in range(300)]
+    for case, row in enumerate(rows):
+        result = simulate_narrow(row, seed=case)
+        assert result is None, f"narrow kernel on row {row}, interleaving {case}: {result}"
+
+
+def test_model_finds_a_narrow_deadlock():
+    # Holding a piece's stages until its merge: with more own blocks than stages, the producer waits for a
+    # stage the warpgroup keeps while that warpgroup waits for a page the producer cannot load.
+    found = [simulate_narrow([9], seed, release_at_piece_end=True) for seed in range(20)]
+    assert all(r is not None and "kv_" in r for r in found), found[:3]

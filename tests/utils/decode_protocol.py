@@ -1,4 +1,5 @@
-"""A model of the decode kernel's barrier protocol (csrc/kernels/sm90/decode_fp8), to find deadlocks on the CPU.
+"""A model of the decode kernels' barrier protocols (csrc/kernels/sm90/decode_fp8: the wide kernel, Cta, and the
+narrow one, NarrowCta), to find deadlocks on the CPU.
 
 The kernel's roles only meet at mbarriers, so whether a CTA can hang depends on the order of waits and arrivals
 alone. This model replays that order for one CTA's schedule row (a list of pieces, each a block count, zero
@@ -11,7 +12,11 @@ Barriers follow mbarrier semantics: an arrival count per phase, a completed-phas
 (a wait for parity P passes when c & 1 != P), so stale-parity aliasing would show up too. What is abstracted:
 the threads of a warpgroup (or warp) move together and arrive with their thread count; compute takes no time.
 
-Producer policies (Policy): which warps issue TMA, whether a warp polls its loader while it waits, and the
+The narrow kernel (narrow/kernel.cuh) also meets at a named barrier (bar.sync over both math warpgroups at the
+end of each piece): NamedBarrier, with a generation count, "bar_arrive" (returns the generation it arrived in)
+and "bar_wait" (passes once that generation completed).
+
+Producer policies of the wide kernel (Policy): which warps issue TMA, whether a warp polls its loader while it waits, and the
 loader's blocking bounds after transposing block n (TmaLoader: q_empty may block for blocks < need_q, kv_empty
 for blocks < need, prefetch up to want). `POLICIES` holds the kernel's past and present ones.
 """
@@ -190,12 +195,39 @@ class Cta:
 
 def simulate(pieces: list[int], policy: Policy, seed: int, stall_limit: int = 4000,
              merged_pv: bool = False) -> Optional[str]:
-    """Runs one random interleaving to the end. Returns None when every agent finished, else a description of
-    the deadlock (what each unfinished agent waits for)."""
-    rng = random.Random(seed)
+    """The wide kernel: runs one random interleaving to the end. Returns None when every agent finished, else a
+    description of the deadlock (what each unfinished agent waits for)."""
     cta = Cta(pieces, policy, merged_pv)
     agents = {f"math{wg}": cta.math(wg) for wg in range(2)}
     agents.update({f"warp{w}": cta.producer(w) for w in range(4)})
+    return run_agents(agents, seed, stall_limit)
+
+
+def simulate_narrow(pieces: list[int], seed: int, release_at_piece_end: bool = False) -> Optional[str]:
+    """The narrow kernel, as simulate. release_at_piece_end: a broken variant that keeps every stage of a piece
+    until the merge (the model must find its deadlock)."""
+    cta = NarrowCta(pieces, release_at_piece_end)
+    agents = {f"math{wg}": cta.math(wg) for wg in range(2)}
+    agents["producer"] = cta.producer()
+    return run_agents(agents, seed)
+
+
+def _blocked(act: Action) -> bool:
+    if act[0] == "wait":
+        return not act[1].passed(act[2])
+    if act[0] == "bar_wait":
+        return act[1].generation <= act[2]
+    return False
+
+
+def _describe(act: Action) -> str:
+    if act[0] == "bar_wait":
+        return f"{act[1].name} generation {act[2]}"
+    return f"{act[1].name} parity {act[2]}"
+
+
+def run_agents(agents: dict[str, Agent], seed: int, stall_limit: int = 4000) -> Optional[str]:
+    rng = random.Random(seed)
     nxt: dict[str, Optional[Action]] = {}
     for name, ag in agents.items():
         nxt[name] = next(ag, None)
@@ -205,9 +237,9 @@ def simulate(pieces: list[int], policy: Policy, seed: int, stall_limit: int = 40
         live = [a for a, act in nxt.items() if act is not None]
         if not live and not inflight:
             return None
-        runnable = [a for a in live if nxt[a][0] != "wait" or nxt[a][1].passed(nxt[a][2])]
+        runnable = [a for a in live if not _blocked(nxt[a])]
         if not runnable and not inflight:
-            return "deadlock: " + ", ".join(f"{a} waits {nxt[a][1].name} parity {nxt[a][2]}" for a in live)
+            return "deadlock: " + ", ".join(f"{a} waits {_describe(nxt[a])}" for a in live)
         if stall > stall_limit:
             return "livelock (only failed polls): " + ", ".join(
                 f"{a} at {nxt[a][0]} {nxt[a][1].name}" for a in live)
@@ -217,13 +249,17 @@ def simulate(pieces: list[int], policy: Policy, seed: int, stall_limit: int = 40
             continue
         a = rng.choice(runnable)
         act = nxt[a]
-        result: Optional[bool] = None
-        if act[0] == "wait":
+        result: Optional[object] = None
+        if act[0] in ("wait", "bar_wait"):
             result = True
         elif act[0] == "test":
             result = act[1].passed(act[2])
             stall = 0 if result else stall + 1
         elif act[0] == "arrive":
+            act[1].arrive(act[2])
+            stall = 0
+        elif act[0] == "bar_arrive":
+            result = act[1].generation
             act[1].arrive(act[2])
             stall = 0
         elif act[0] == "tma":
@@ -239,3 +275,74 @@ def simulate(pieces: list[int], policy: Policy, seed: int, stall_limit: int = 40
 def random_pieces(rng: random.Random) -> list[int]:
     """A schedule row: 1-8 pieces of 0-9 blocks, zero-length pieces often, in any position."""
     return [rng.choice([0, 0, 1, 1, 2, 3, 5, 9]) for _ in range(rng.randint(1, 8))]
+
+
+# ---- the narrow kernel (narrow/kernel.cuh, narrow/merge_store.cuh) ----
+NARROW_STAGES = 4
+NARROW_Q_BUFS = 2
+
+
+class NamedBarrier:
+    """bar.sync over `count` threads: completes a generation when `count` arrived, then starts the next."""
+
+    def __init__(self, name: str, count: int):
+        self.name, self.count, self.arrived, self.generation = name, count, 0, 0
+
+    def arrive(self, weight: int) -> None:
+        self.arrived += weight
+        if self.arrived > self.count:
+            raise AssertionError(f"{self.name}: {self.arrived - self.count} arrivals more than a generation takes")
+        if self.arrived == self.count:
+            self.arrived = 0
+            self.generation += 1
+
+
+class NarrowCta:
+    def __init__(self, pieces: list[int], release_at_piece_end: bool = False):
+        self.pieces, self.release_at_piece_end = pieces, release_at_piece_end
+        b = Barrier
+        # TMA barriers: the issuer's arrive.expect_tx and the load's complete_tx count one arrival each (as Cta).
+        self.kv_full = [b(f"kv_full{i}", 2) for i in range(NARROW_STAGES)]
+        self.kv_empty = [b(f"kv_empty{i}", WG_THREADS) for i in range(NARROW_STAGES)]  # the block's owner
+        self.q_full = [b(f"q_full{i}", 2) for i in range(NARROW_Q_BUFS)]
+        self.q_empty = [b(f"q_empty{i}", 2 * WG_THREADS) for i in range(NARROW_Q_BUFS)]
+        self.merge = NamedBarrier("merge", 2 * WG_THREADS)
+
+    def math(self, wg: int) -> Agent:
+        block_idx = 0
+        for piece, nb in enumerate(self.pieces):
+            qb = piece % NARROW_Q_BUFS
+            yield ("wait", self.q_full[qb], (piece // NARROW_Q_BUFS) & 1)
+            first_own = 0 if (block_idx & 1) == wg else 1
+            if first_own >= nb:
+                yield ("arrive", self.q_empty[qb], WG_THREADS)
+            held = []
+            for j in range(first_own, nb, 2):
+                n = block_idx + j
+                yield ("wait", self.kv_full[n % NARROW_STAGES], (n // NARROW_STAGES) & 1)  # QK, V^T fragments
+                if self.release_at_piece_end:
+                    held.append(n)
+                else:
+                    yield ("arrive", self.kv_empty[n % NARROW_STAGES], WG_THREADS)
+                if j + 2 >= nb:
+                    yield ("arrive", self.q_empty[qb], WG_THREADS)
+            for _ in range(2):  # merge_and_store: publish, then keep the next piece from overwriting
+                gen = yield ("bar_arrive", self.merge, WG_THREADS)
+                yield ("bar_wait", self.merge, gen)
+            for n in held:
+                yield ("arrive", self.kv_empty[n % NARROW_STAGES], WG_THREADS)
+            block_idx += nb
+
+    def producer(self) -> Agent:
+        n = 0
+        for piece, nb in enumerate(self.pieces):
+            qb = piece % NARROW_Q_BUFS
+            if piece >= NARROW_Q_BUFS:
+                yield ("wait", self.q_empty[qb], ((piece // NARROW_Q_BUFS) - 1) & 1)
+            yield ("tma", self.q_full[qb])
+            for _ in range(nb):
+                stage = n % NARROW_STAGES
+                if n >= NARROW_STAGES:
+                    yield ("wait", self.kv_empty[stage], ((n // NARROW_STAGES) - 1) & 1)
+                yield ("tma", self.kv_full[stage])
+                n += 1
