@@ -28,6 +28,7 @@
 
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
+#include "kernels/sm90/decode_fp8/kernel_prologue.cuh"
 #include "kernels/sm90/decode_fp8/narrow/merge_store.cuh"
 #include "kernels/sm90/decode_fp8/narrow/pv.cuh"
 #include "kernels/sm90/decode_fp8/narrow/qk_softmax.cuh"
@@ -188,7 +189,7 @@ template <typename KvElem>
 __global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_narrow_kernel(const __grid_constant__ KernelParams kp) {
   static_assert(KvTraits<KvElem>::NEEDS_V_TRANSPOSE, "the 8-bit cache path (V transposed by ldmatrix)");
   extern __shared__ uint8_t smem_raw[];
-  NarrowStorage& ss = *reinterpret_cast<NarrowStorage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  NarrowStorage& ss = aligned_storage<NarrowStorage>(smem_raw);
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -203,13 +204,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_narrow_kern
     }
     fence_barrier_init();
   }
-  if (threadIdx.x == PRODUCER_WG * WG_THREADS) {
-    tma_prefetch_map(&kp.tm_q_content);
-    tma_prefetch_map(&kp.tm_q_rope);
-    tma_prefetch_map(&kp.tm_kv_content);
-    tma_prefetch_map(&kp.tm_kv_rope);
-    tma_prefetch_map(&kp.tm_kv_scale);
-  }
+  prefetch_tensor_maps(kp);
   __syncthreads();
 
   // The schedule row is read after the role split: values live across setmaxnreg would be spilled.
