@@ -7,7 +7,8 @@
 # nvidia-cutlass wheel in .whl/ (carried; see README).
 #   env: SNAPMLA_TESTS="<test files>" (default: every GPU test file, then the CPU suite),  SNAPMLA_SKIP_TESTS=1,
 #        SNAPMLA_TEST_TIMEOUT=420 (seconds per test file), SNAPMLA_TEST_HANG_S=240 (stack dump of a hung test),
-#        SNAPMLA_SANITIZE=1 (memcheck + racecheck on scripts/sanitize_small.py),
+#        SNAPMLA_SANITIZE=1 (compute-sanitizer on scripts/sanitize_small.py; SNAPMLA_SANITIZE_TOOLS="memcheck
+#        racecheck synccheck", SNAPMLA_RACECHECK_ARGS="--racecheck-report hazard", SNAPMLA_SANITIZE_CASES="4"),
 #        SNAPMLA_NCU="16 128" (ncu of one decode launch per head count),
 #        SNAPMLA_BENCH="bench_quant bench_decode" (bench/<name>.py --out $OUT), SNAPMLA_BENCH_ARGS="--quick"
 #        SNAPMLA_GIT_REV=<local HEAD> (recorded in the bench JSON: the device's own clone HEAD is stale)
@@ -59,11 +60,13 @@ for b in ${SNAPMLA_BENCH:-}; do
   timeout 420 python3 "bench/$b.py" --out "$OUT" ${SNAPMLA_BENCH_ARGS:-} 2>&1 | tail -45
 done
 if [ "${SNAPMLA_SANITIZE:-0}" = "1" ]; then
-  for tool in memcheck racecheck; do
-    timeout ${SNAPMLA_SANITIZE_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 3 python3 scripts/sanitize_small.py \
+  for tool in ${SNAPMLA_SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
+    timeout ${SNAPMLA_SANITIZE_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 3 \
+      $([ $tool = racecheck ] && echo "${SNAPMLA_RACECHECK_ARGS:-}") \
+      python3 scripts/sanitize_small.py \
       > /tmp/sanitize.log 2>&1
     src=$?
-    { echo "=== $tool rc=$src"; tail -60 /tmp/sanitize.log; } >> "$OUT/sanitize.log"
+    { echo "=== $tool rc=$src"; tail -${SNAPMLA_SANITIZE_TAIL:-60} /tmp/sanitize.log; } >> "$OUT/sanitize.log"
     echo "compute-sanitizer $tool: rc=$src $(grep -E 'ERROR SUMMARY' /tmp/sanitize.log | tail -1)"
   done
 fi

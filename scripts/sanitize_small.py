@@ -2,6 +2,7 @@
 
     compute-sanitizer --tool memcheck  python3 scripts/sanitize_small.py
     compute-sanitizer --tool racecheck python3 scripts/sanitize_small.py
+    compute-sanitizer --tool synccheck python3 scripts/sanitize_small.py   (barrier misuse: divergent bar.sync)
 
 Shapes are small on purpose (sanitizers slow kernels down ~100x): varlen with a zero length, causal MTP, forced
 split and no split, NaN-poisoned unused pages and sentinel block ids (tests/utils/data.py). Prints the max error
@@ -32,7 +33,11 @@ CASES = [  # (b, s_q, h_q, seqlens, causal, num_sm_parts, SNAPMLA_DECODE_KERNEL)
 
 
 def main():
+    # SNAPMLA_SANITIZE_CASES="4 5": only those case indices (one hazard report per case).
+    only = [int(x) for x in os.environ.get("SNAPMLA_SANITIZE_CASES", "").split()]
     for i, (b, s_q, h_q, seqlens, causal, parts, kernel) in enumerate(CASES):
+        if only and i not in only:
+            continue
         os.environ["SNAPMLA_DECODE_KERNEL"] = kernel
         inp = make_paged_inputs(b, s_q, h_q, seqlens, seed=900 + i, device="cuda", append=ops.append_kv)
         kw = {} if parts is None else {"num_sm_parts": parts}
