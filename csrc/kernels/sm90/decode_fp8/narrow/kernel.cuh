@@ -17,8 +17,9 @@
 //     (10 KB, rows past q_rows zero-filled) and the page of each block (41216 B); the warp loads the page ids,
 //     32 at a time. Nothing else runs there, so it simply blocks on each barrier it needs.
 // Pipeline: 4 KV stages (kv_full: TMA bytes; kv_empty: the owner's 128 threads once its QK retired; the V^T
-// fragments and k scales are in registers by then), 2 query buffers (q_full / q_empty, by piece parity). Barrier phases come from one running
-// block index and one running piece index that every role counts the same way (decode_fp8/schedule.cuh).
+// fragments and k scales are in registers by then), 2 query buffers (q_full / q_empty, by piece parity).
+// Barrier phases come from one running block index and one running piece index that every role counts the
+// same way (decode_fp8/schedule.cuh).
 // Shared memory: 4 x 40.25 KB stages + 2 x 10 KB query + 2 KB P^T + 32 KB merge + 2.5 KB = 216.5 KB
 // (narrow/config.h).
 // Per block: 41216 B from HBM; shared-memory reads QK 50 KB, V 32 KB, P^T 8 KB (the wide kernel: ~190 KB with
