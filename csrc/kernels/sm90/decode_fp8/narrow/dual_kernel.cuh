@@ -10,7 +10,7 @@
 //     bit), its own copy of P^T, and PV for its 256 dims only (m-tiles 4wg .. 4wg + 3: 8 QGMMA m64n32k32 with
 //     V^T from ldmatrix.trans, in waves of one m-tile). O^T is 4 x 16 = 64 fp32 per thread; each warpgroup stores its dims, so there is
 //     no merge and no exchange between the warpgroups at all.
-//   WG2 (producer, DUAL_PRODUCER_REGS = 40): as the narrow kernel (narrow/producer.cuh).
+//   WG2 (producer, DUAL_PRODUCER_REGS = 40): as the narrow kernel (tma_producer.cuh).
 // The cost: QK (64 x 32 x 576 MACs, 50 KB of shared-memory operand reads) and the softmax run twice per block,
 // and each warpgroup's chain must fit in one block time (two in the narrow kernel).
 // Pipeline: 4 KV stages (kv_empty: 256 arrivals, both warpgroups once their QK retired; the V^T fragments and
@@ -22,7 +22,7 @@
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
 #include "kernels/sm90/decode_fp8/narrow/piece_rows.cuh"
-#include "kernels/sm90/decode_fp8/narrow/producer.cuh"
+#include "kernels/sm90/decode_fp8/tma_producer.cuh"
 #include "kernels/sm90/decode_fp8/narrow/pv.cuh"
 #include "kernels/sm90/decode_fp8/narrow/qk_softmax.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"

@@ -30,7 +30,7 @@
 #include "kernels/sm90/common/tma.cuh"
 #include "kernels/sm90/decode_fp8/narrow/merge_store.cuh"
 #include "kernels/sm90/decode_fp8/narrow/piece_rows.cuh"
-#include "kernels/sm90/decode_fp8/narrow/producer.cuh"
+#include "kernels/sm90/decode_fp8/tma_producer.cuh"
 #include "kernels/sm90/decode_fp8/narrow/pv.cuh"
 #include "kernels/sm90/decode_fp8/narrow/qk_softmax.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"

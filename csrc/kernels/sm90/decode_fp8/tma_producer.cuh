@@ -1,15 +1,15 @@
-// Producer of the narrow kernels (narrow/kernel.cuh, narrow/dual_kernel.cuh): TMA of the query tile per piece
-// and of every page, in the order the math warpgroups consume them. Storage: NarrowStorage or DualStorage
-// (narrow/config.h; kStages, kQBufs, kQTxBytes).
+// TMA producer of the decode kernels (wide: kernel.cuh; narrow: narrow/kernel.cuh, narrow/dual_kernel.cuh): the
+// query tile per piece and every page, in the order the math warpgroups consume them, issued by one thread
+// that blocks on each barrier it needs (nothing else runs there). Storage: SharedStorage (traits.h) or
+// NarrowStorage / DualStorage (narrow/config.h), each with kStages and kQBufs, and an issue_query_tile overload.
 #pragma once
 
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
-#include "kernels/sm90/decode_fp8/narrow/config.h"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
 #include "kernels/sm90/decode_fp8/traits.h"
 
-namespace snapmla::sm90::decode_fp8::narrow {
+namespace snapmla::sm90::decode_fp8 {
 
 // Kernel prologue of both narrow kernels, before their __syncthreads: thread 0 initialises the barriers
 // (kv_full / q_full: one arrival plus the TMA bytes; q_empty: both math warpgroups; kv_empty: kv_empty_arrivals,
@@ -43,6 +43,17 @@ __device__ __forceinline__ void init_pipeline(const KernelParams& kp, Storage& s
 // ids come 32 at a time, one coalesced load per 32 blocks by the whole warp, issued a chunk ahead and handed to
 // lane 0 by shuffles: read one by one, each id's global-load latency sat between two TMA issues (small
 // batches, ~16 blocks per CTA: 10 us of 60, H200).
+// The query tile of piece `req` into buffer qbuf, on q_full[qbuf]: rows 0 .. N - 1 of the request (rows past
+// q_rows read as zeros), 4 content tiles and the RoPE tile.
+template <typename Storage>
+__device__ __forceinline__ void issue_query_tile(const KernelParams& kp, Storage& ss, int qbuf, int req) {
+  mbarrier_arrive_expect_tx(&ss.q_full[qbuf], Storage::kQTxBytes);  // narrow storages: a fixed N-row tile
+#pragma unroll
+  for (int t = 0; t < CONTENT_TILES; ++t)
+    tma_load_3d(ss.q_content[qbuf][t], &kp.tm_q_content, &ss.q_full[qbuf], t * SWIZZLE_ROW_BYTES, 0, req);
+  tma_load_3d(ss.q_rope[qbuf], &kp.tm_q_rope, &ss.q_full[qbuf], 0, 0, req);
+}
+
 template <typename Storage>
 __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow& row) {
   constexpr int STAGES_ = Storage::kStages, Q_BUFS_ = Storage::kQBufs;
@@ -62,13 +73,9 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
     };
     int ids = chunk_ids(0);
     if (lane == 0) {
-      // The buffer of piece - 2 is free once both math warpgroups did their last QK of that piece.
+      // The buffer of piece - Q_BUFS is free once both math warpgroups did their last QK of that piece.
       if (piece >= Q_BUFS_) mbarrier_wait(&ss.q_empty[qbuf], ((piece / Q_BUFS_) - 1) & 1);
-      mbarrier_arrive_expect_tx(&ss.q_full[qbuf], Storage::kQTxBytes);
-#pragma unroll
-      for (int t = 0; t < CONTENT_TILES; ++t)
-        tma_load_3d(ss.q_content[qbuf][t], &kp.tm_q_content, &ss.q_full[qbuf], t * SWIZZLE_ROW_BYTES, 0, req);
-      tma_load_3d(ss.q_rope[qbuf], &kp.tm_q_rope, &ss.q_full[qbuf], 0, 0, req);
+      issue_query_tile(kp, ss, qbuf, req);  // overloaded per Storage
     }
     for (int c = 0; 32 * c < pc.blk_end - pc.blk_begin; ++c) {
       const int next_ids = chunk_ids(c + 1);
@@ -93,4 +100,4 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
   }
 }
 
-}  // namespace snapmla::sm90::decode_fp8::narrow
+}  // namespace snapmla::sm90::decode_fp8
