@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from utils.decode_protocol import POLICIES, random_pieces, simulate, simulate_narrow
+from utils.decode_protocol import POLICIES, random_pieces, simulate, simulate_narrow, simulate_swapab
 
 # Rows with the structures that matter: empty pieces first, in the middle and last; one-block pieces (a math
 # warpgroup owning no block of a piece); a piece starting two blocks after the previous one's first.
@@ -84,3 +84,12 @@ def test_model_finds_a_narrow_deadlock():
     # stage the warpgroup keeps while that warpgroup waits for a page the producer cannot load.
     found = [simulate_narrow([9], seed, release_at_piece_end=True) for seed in range(20)]
     assert all(r is not None and "kv_" in r for r in found), found[:3]
+
+
+def test_swapab_wide_kernel_protocol_completes():
+    # Branch wide-swapab-exp: the wide kernel with one TMA thread, no transposer, stages released after PV.
+    rng = random.Random(13)
+    rows = EDGE_ROWS + [[12], [0, 13, 0], [1, 11, 2]] + [random_pieces(rng) for _ in range(300)]
+    for case, row in enumerate(rows):
+        result = simulate_swapab(row, seed=case)
+        assert result is None, f"swap-AB wide kernel on row {row}, interleaving {case}: {result}"
