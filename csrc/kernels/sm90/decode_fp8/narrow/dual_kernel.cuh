@@ -71,7 +71,10 @@ __device__ __forceinline__ void dual_store(const DecodeParams& p, DualStorage& s
   float l_sum[DC];
 #pragma unroll
   for (int ce = 0; ce < DC; ++ce) l_sum[ce] = cs[ce].l;
-  reduce_cols<false>(l_sum, &ss.red[wg][0][0][0], warp, lane, BAR_WG0 + wg);
+  // Slot 1 (the p' maxima), not 0: there is no barrier after these reads, and the next block's first reduction
+  // writes slot 0 while a slower warp may still read here; slot 1 is next written only after that reduction's
+  // barrier, which every thread passes after this epilogue.
+  reduce_cols<false>(l_sum, &ss.red[wg][1][0][0], warp, lane, BAR_WG0 + wg);
   float inv_l[DC], lse2[DC];
   bool empty[DC];
 #pragma unroll
