@@ -26,7 +26,9 @@
 // in fp32 by the CUDA cores, which also folds the rescale into the same FFMA.
 //
 // Registers per thread: O^T 128 + S 32 + k scales 16 (one half at a time, re-read) during the softmax; O^T 128 +
-// one m-tile accumulator 32 + A fragments 2 x 8 + 16 column scales during PV, within MATH_REGS = 232.
+// one m-tile accumulator 32 + A fragments 2 x 8 + 16 column scales during PV, within MATH_REGS = 232. Two
+// m-tiles in flight (a second 32-register accumulator) spill: 720 B at 232 / 40, 436 B at 240 / 24 (ptxas,
+// 2026-11-29).
 #pragma once
 
 #include "kernels/sm90/common/mbarrier.cuh"
