@@ -27,6 +27,7 @@
 
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
+#include "kernels/sm90/decode_fp8/kernel_prologue.cuh"
 #include "kernels/sm90/decode_fp8/mainloop.cuh"
 #include "kernels/sm90/decode_fp8/producer.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
@@ -38,7 +39,7 @@ template <typename KvElem>
 __global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_kernel(const __grid_constant__ KernelParams kp) {
   static_assert(KvTraits<KvElem>::NEEDS_V_TRANSPOSE, "this kernel body is the 8-bit (transposed V) path");
   extern __shared__ uint8_t smem_raw[];
-  SharedStorage& ss = *reinterpret_cast<SharedStorage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  SharedStorage& ss = aligned_storage<SharedStorage>(smem_raw);
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -59,13 +60,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_kernel(cons
     mbarrier_init(&ss.q_empty, MATH_THREADS);
     fence_barrier_init();
   }
-  if (threadIdx.x == PRODUCER_WG * WG_THREADS) {
-    tma_prefetch_map(&kp.tm_q_content);
-    tma_prefetch_map(&kp.tm_q_rope);
-    tma_prefetch_map(&kp.tm_kv_content);
-    tma_prefetch_map(&kp.tm_kv_rope);
-    tma_prefetch_map(&kp.tm_kv_scale);
-  }
+  prefetch_tensor_maps(kp);
   __syncthreads();
 
   // The schedule row is read after the role split: values live across setmaxnreg would be spilled. A CTA
