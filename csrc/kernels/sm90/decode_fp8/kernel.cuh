@@ -24,6 +24,7 @@
 
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
+#include "kernels/sm90/decode_fp8/kernel_prologue.cuh"
 #include "kernels/sm90/decode_fp8/mainloop.cuh"
 #include "kernels/sm90/decode_fp8/tma_producer.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
@@ -53,7 +54,7 @@ template <typename KvElem>
 __global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_kernel(const __grid_constant__ KernelParams kp) {
   static_assert(KvTraits<KvElem>::NEEDS_V_TRANSPOSE, "the 8-bit cache path (V transposed by ldmatrix)");
   extern __shared__ uint8_t smem_raw[];
-  SharedStorage& ss = *reinterpret_cast<SharedStorage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  SharedStorage& ss = aligned_storage<SharedStorage>(smem_raw);
 
   if (threadIdx.x == 0) {
 #pragma unroll

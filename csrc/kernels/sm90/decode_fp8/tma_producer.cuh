@@ -6,6 +6,7 @@
 
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
+#include "kernels/sm90/decode_fp8/kernel_prologue.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
 #include "kernels/sm90/decode_fp8/traits.h"
 
@@ -29,13 +30,7 @@ __device__ __forceinline__ void init_pipeline(const KernelParams& kp, Storage& s
     }
     fence_barrier_init();
   }
-  if (threadIdx.x == PRODUCER_WG * WG_THREADS) {
-    tma_prefetch_map(&kp.tm_q_content);
-    tma_prefetch_map(&kp.tm_q_rope);
-    tma_prefetch_map(&kp.tm_kv_content);
-    tma_prefetch_map(&kp.tm_kv_rope);
-    tma_prefetch_map(&kp.tm_kv_scale);
-  }
+  prefetch_tensor_maps(kp);
 }
 
 // Warp 0 of the producer warpgroup: lane 0 issues the query tile of each piece, then its pages, in the order

@@ -169,7 +169,7 @@ template <typename KvElem>
 __global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_dual_kernel(const __grid_constant__ KernelParams kp) {
   static_assert(KvTraits<KvElem>::NEEDS_V_TRANSPOSE, "the 8-bit cache path (V transposed by ldmatrix)");
   extern __shared__ uint8_t smem_raw[];
-  DualStorage& ss = *reinterpret_cast<DualStorage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  DualStorage& ss = aligned_storage<DualStorage>(smem_raw);
   init_pipeline(kp, ss, MATH_THREADS);  // kv_empty: both math warpgroups
   __syncthreads();
   const int wg = threadIdx.x / WG_THREADS;

@@ -28,6 +28,7 @@
 
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
+#include "kernels/sm90/decode_fp8/kernel_prologue.cuh"
 #include "kernels/sm90/decode_fp8/narrow/merge_store.cuh"
 #include "kernels/sm90/decode_fp8/narrow/piece_rows.cuh"
 #include "kernels/sm90/decode_fp8/tma_producer.cuh"
@@ -126,7 +127,7 @@ template <typename KvElem>
 __global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_narrow_kernel(const __grid_constant__ KernelParams kp) {
   static_assert(KvTraits<KvElem>::NEEDS_V_TRANSPOSE, "the 8-bit cache path (V transposed by ldmatrix)");
   extern __shared__ uint8_t smem_raw[];
-  NarrowStorage& ss = *reinterpret_cast<NarrowStorage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  NarrowStorage& ss = aligned_storage<NarrowStorage>(smem_raw);
 
   init_pipeline(kp, ss, WG_THREADS);  // kv_empty: the block owner
   __syncthreads();
