@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from utils.decode_protocol import POLICIES, random_pieces, simulate, simulate_narrow
+from utils.decode_protocol import POLICIES, random_pieces, simulate, simulate_narrow, simulate_swapab
 
 # Rows with the structures that matter: empty pieces first, in the middle and last; one-block pieces (a math
 # warpgroup owning no block of a piece); a piece starting two blocks after the previous one's first.
@@ -67,14 +67,16 @@ def test_model_rejects_an_extra_arrival():
         bar.arrive(3)
 
 
-def test_narrow_kernel_protocol_completes():
+@pytest.mark.parametrize("dual", [False, True], ids=["narrow", "dual"])
+def test_narrow_kernel_protocol_completes(dual):
     # narrow/kernel.cuh: one TMA thread, 4 stages released by the block's owner, 2 query buffers, the merge's
     # two bar.syncs over both math warpgroups at the end of every piece (empty pieces included).
+    # narrow/dual_kernel.cuh: the same producer, every block read by both warpgroups, no merge.
     rng = random.Random(11)
     rows = EDGE_ROWS + [[12], [0, 13, 0], [1, 11, 2]] + [random_pieces(rng) for _ in range(300)]
     for case, row in enumerate(rows):
-        result = simulate_narrow(row, seed=case)
-        assert result is None, f"narrow kernel on row {row}, interleaving {case}: {result}"
+        result = simulate_narrow(row, seed=case, dual=dual)
+        assert result is None, f"{'dual' if dual else 'narrow'} kernel on row {row}, interleaving {case}: {result}"
 
 
 def test_model_finds_a_narrow_deadlock():
@@ -82,3 +84,12 @@ def test_model_finds_a_narrow_deadlock():
     # stage the warpgroup keeps while that warpgroup waits for a page the producer cannot load.
     found = [simulate_narrow([9], seed, release_at_piece_end=True) for seed in range(20)]
     assert all(r is not None and "kv_" in r for r in found), found[:3]
+
+
+def test_swapab_wide_kernel_protocol_completes():
+    # Branch wide-swapab-exp: the wide kernel with one TMA thread, no transposer, stages released after PV.
+    rng = random.Random(13)
+    rows = EDGE_ROWS + [[12], [0, 13, 0], [1, 11, 2]] + [random_pieces(rng) for _ in range(300)]
+    for case, row in enumerate(rows):
+        result = simulate_swapab(row, seed=case)
+        assert result is None, f"swap-AB wide kernel on row {row}, interleaving {case}: {result}"

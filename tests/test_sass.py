@@ -61,16 +61,20 @@ def _decode_kernel(functions):
 
 def test_decode_kernel_uses_fp8_and_bf16_wgmma_and_tma(sass_by_function):
     sass = _decode_kernel(sass_by_function)
-    qk = re.findall(r"QGMMA\.64x64x32\.F32\.E4M3\.E4M3", sass)
-    pv = re.findall(r"QGMMA\.64x(?:8|16|32|128|256)x32\.F32\.E4M3\.E4M3", sass)
+    qk = re.findall(r"QGMMA\.64x64x32\.F32\.E4M3\.E4M3 R\d+, gdesc", sass)  # both operands from shared memory
+    pv = re.findall(r"QGMMA\.64x64x32\.F32\.E4M3\.E4M3 R\d+, R\d+, gdesc", sass)  # A = V^T from registers
     hgmma = re.findall(r"HGMMA\.64x64x16\.F32\.BF16", sass)
-    # QK: 512 content dims = 16 k32 steps of n64 (N = the 64 tokens of a block); PV: P (64 x 64 tokens) times a
-    # warpgroup's 256 V columns, issued in n-chunks of two k32 steps (the kernel folds each chunk in fp32).
-    assert len(qk) >= 16 and len(qk) % 16 == 0, f"QK content: {len(qk)} QGMMA.64x64x32 (16 per block expected)"
-    assert len(pv) >= 2, f"PV: no FP8 WGMMA with the V^T operand (found {len(pv)})"
+    # QK: 512 content dims = 16 k32 steps of n64 (N = the 64 tokens of a block); PV (swap AB): O^T = V^T . P^T,
+    # per warpgroup 4 m-tiles of its 256 dims x 2 k32 steps, V^T built in registers by ldmatrix.trans.
+    assert len(qk) >= 16 and len(qk) % 16 == 0, f"QK content: {len(qk)} SS QGMMA.64x64x32 (16 per block expected)"
+    assert len(pv) >= 8 and len(pv) % 8 == 0, f"PV: {len(pv)} RS QGMMA.64x64x32 (8 per block expected)"
     assert len(hgmma) >= 4 and len(hgmma) % 4 == 0, "RoPE k-group (64 dims = 4 BF16 k16 steps) must be HGMMA"
+    assert "LDSM.16.MT88.4" in sass and "STSM" not in sass, "V^T must go straight from ldmatrix.trans to the WGMMA"
     assert "UTMALDG" in sass, "KV tiles must arrive by TMA"
     assert "USETMAXREG" in sass, "producer/math register split (setmaxnreg) missing"
+    # One WARPGROUP.ARRIVE per commit group (the QK, and one per PV m-tile): more would mean ptxas injected fences.
+    arrives = len(re.findall(r"WARPGROUP\.ARRIVE", sass))
+    assert arrives == len(qk) // 16 + len(pv) // 2, f"{arrives} WARPGROUP.ARRIVE"
 
 
 def test_no_local_memory_in_any_kernel(sass_by_function):
@@ -101,3 +105,22 @@ def test_narrow_decode_kernel_shows_its_design(sass_by_function):
     bodies = len(qgmma) // 32
     arrives = len(re.findall(r"WARPGROUP\.ARRIVE", sass))
     assert arrives == 5 * bodies, f"{arrives} WARPGROUP.ARRIVE for {bodies} block bodies (5 each expected)"
+
+
+def test_dual_decode_kernel_shows_its_design(sass_by_function):
+    """16 < q_rows <= 32 (narrow/dual_kernel.cuh): the narrow kernel's swap-AB GEMMs at N = 32; each math
+    warpgroup runs QK for every block and PV for its 4 of the 8 dim m-tiles."""
+    names = [n for n in sass_by_function if "snapmla_decode_fp8_dual_kernel" in n]
+    assert len(names) == 1, f"expected one dual decode kernel instantiation, found {names}"
+    sass = sass_by_function[names[0]]
+    qgmma = re.findall(r"QGMMA\.64x32x32\.F32\.E4M3\.E4M3", sass)
+    pv_rs = re.findall(r"QGMMA\.64x32x32\.F32\.E4M3\.E4M3 R\d+, R\d+, gdesc", sass)
+    hgmma = re.findall(r"HGMMA\.64x32x16\.F32\.BF16", sass)
+    # Per block body: 16 SS QGMMAs (QK) + 8 RS QGMMAs (PV, 4 m-tiles x 2 k-steps) + 4 HGMMAs (RoPE).
+    bodies = len(hgmma) // 4
+    assert bodies >= 1 and len(hgmma) == 4 * bodies, f"{len(hgmma)} HGMMA.64x32x16"
+    assert len(qgmma) == 24 * bodies and len(pv_rs) == 8 * bodies, (len(qgmma), len(pv_rs), bodies)
+    assert "LDSM.16.MT88.4" in sass and "STSM" not in sass
+    assert "UTMALDG" in sass and "USETMAXREG" in sass
+    arrives = len(re.findall(r"WARPGROUP\.ARRIVE", sass))
+    assert arrives == 5 * bodies, f"{arrives} WARPGROUP.ARRIVE for {bodies} block bodies (1 QK + 4 PV waves each)"

@@ -203,10 +203,19 @@ def simulate(pieces: list[int], policy: Policy, seed: int, stall_limit: int = 40
     return run_agents(agents, seed, stall_limit)
 
 
-def simulate_narrow(pieces: list[int], seed: int, release_at_piece_end: bool = False) -> Optional[str]:
-    """The narrow kernel, as simulate. release_at_piece_end: a broken variant that keeps every stage of a piece
-    until the merge (the model must find its deadlock)."""
-    cta = NarrowCta(pieces, release_at_piece_end)
+def simulate_narrow(pieces: list[int], seed: int, release_at_piece_end: bool = False,
+                    dual: bool = False) -> Optional[str]:
+    """The narrow kernel (dual: the dual narrow kernel), as simulate. release_at_piece_end: a broken variant
+    that keeps every stage of a piece until the merge (the model must find its deadlock)."""
+    cta = NarrowCta(pieces, release_at_piece_end, dual)
+    agents = {f"math{wg}": cta.math(wg) for wg in range(2)}
+    agents["producer"] = cta.producer()
+    return run_agents(agents, seed)
+
+
+def simulate_swapab(pieces: list[int], seed: int) -> Optional[str]:
+    """The wide kernel with swap-AB PV (branch wide-swapab-exp), as simulate."""
+    cta = SwapAbCta(pieces)
     agents = {f"math{wg}": cta.math(wg) for wg in range(2)}
     agents["producer"] = cta.producer()
     return run_agents(agents, seed)
@@ -298,12 +307,16 @@ class NamedBarrier:
 
 
 class NarrowCta:
-    def __init__(self, pieces: list[int], release_at_piece_end: bool = False):
-        self.pieces, self.release_at_piece_end = pieces, release_at_piece_end
+    """dual: the dual narrow kernel (narrow/dual_kernel.cuh): both math warpgroups run every block, kv_empty takes
+    both, and there is no merge barrier."""
+
+    def __init__(self, pieces: list[int], release_at_piece_end: bool = False, dual: bool = False):
+        self.pieces, self.release_at_piece_end, self.dual = pieces, release_at_piece_end, dual
         b = Barrier
         # TMA barriers: the issuer's arrive.expect_tx and the load's complete_tx count one arrival each (as Cta).
         self.kv_full = [b(f"kv_full{i}", 2) for i in range(NARROW_STAGES)]
-        self.kv_empty = [b(f"kv_empty{i}", WG_THREADS) for i in range(NARROW_STAGES)]  # the block's owner
+        readers = 2 * WG_THREADS if dual else WG_THREADS  # the block's owner, or both warpgroups
+        self.kv_empty = [b(f"kv_empty{i}", readers) for i in range(NARROW_STAGES)]
         self.q_full = [b(f"q_full{i}", 2) for i in range(NARROW_Q_BUFS)]
         self.q_empty = [b(f"q_empty{i}", 2 * WG_THREADS) for i in range(NARROW_Q_BUFS)]
         self.merge = NamedBarrier("merge", 2 * WG_THREADS)
@@ -313,20 +326,21 @@ class NarrowCta:
         for piece, nb in enumerate(self.pieces):
             qb = piece % NARROW_Q_BUFS
             yield ("wait", self.q_full[qb], (piece // NARROW_Q_BUFS) & 1)
-            first_own = 0 if (block_idx & 1) == wg else 1
+            first_own = 0 if self.dual or (block_idx & 1) == wg else 1
+            step = 1 if self.dual else 2
             if first_own >= nb:
                 yield ("arrive", self.q_empty[qb], WG_THREADS)
             held = []
-            for j in range(first_own, nb, 2):
+            for j in range(first_own, nb, step):
                 n = block_idx + j
                 yield ("wait", self.kv_full[n % NARROW_STAGES], (n // NARROW_STAGES) & 1)  # QK, V^T fragments
                 if self.release_at_piece_end:
                     held.append(n)
                 else:
                     yield ("arrive", self.kv_empty[n % NARROW_STAGES], WG_THREADS)
-                if j + 2 >= nb:
+                if j + step >= nb:
                     yield ("arrive", self.q_empty[qb], WG_THREADS)
-            for _ in range(2):  # merge_and_store: publish, then keep the next piece from overwriting
+            for _ in range(0 if self.dual else 2):  # merge_and_store: publish, then protect xfer
                 gen = yield ("bar_arrive", self.merge, WG_THREADS)
                 yield ("bar_wait", self.merge, gen)
             for n in held:
@@ -345,4 +359,64 @@ class NarrowCta:
                 if n >= NARROW_STAGES:
                     yield ("wait", self.kv_empty[stage], ((n // NARROW_STAGES) - 1) & 1)
                 yield ("tma", self.kv_full[stage])
+                n += 1
+
+
+# ---- the wide kernel with swap-AB PV (branch wide-swapab-exp: mainloop.cuh, tma_producer.cuh) ----
+SWAPAB_STAGES = 4
+
+
+class SwapAbCta:
+    """One TMA thread (a single query buffer), 4 stages; the owner hands P^T and the state over through
+    xchg_full; each warpgroup releases a stage (kv_empty, both needed) after its PV of the block."""
+
+    def __init__(self, pieces: list[int]):
+        self.pieces = pieces
+        b = Barrier
+        self.kv_full = [b(f"kv_full{i}", 2) for i in range(SWAPAB_STAGES)]
+        self.kv_empty = [b(f"kv_empty{i}", 2 * WG_THREADS) for i in range(SWAPAB_STAGES)]
+        self.xchg_full = [b(f"xchg_full{i}", WG_THREADS) for i in range(SWAPAB_STAGES)]
+        self.q_full = b("q_full", 2)
+        self.q_empty = b("q_empty", 2 * WG_THREADS)
+
+    def stage(self, n: int) -> tuple[int, int]:
+        return n % SWAPAB_STAGES, (n // SWAPAB_STAGES) & 1
+
+    def math(self, wg: int) -> Agent:
+        block_idx = 0
+        for piece, nb in enumerate(self.pieces):
+            yield ("wait", self.q_full, piece & 1)
+            first_own = 0 if (block_idx & 1) == wg else 1
+            if first_own >= nb:
+                yield ("arrive", self.q_empty, WG_THREADS)
+            for j in range(first_own, nb, 2):
+                n = block_idx + j
+                st, ph = self.stage(n)
+                yield ("wait", self.kv_full[st], ph)  # QK
+                if j + 2 >= nb:
+                    yield ("arrive", self.q_empty, WG_THREADS)
+                if j > 0:
+                    yield ("wait", self.xchg_full[self.stage(n - 1)[0]], self.stage(n - 1)[1])
+                yield ("arrive", self.xchg_full[st], WG_THREADS)  # publish
+                if j > 0:
+                    yield ("arrive", self.kv_empty[self.stage(n - 1)[0]], WG_THREADS)  # PV(n - 1)
+                yield ("wait", self.xchg_full[st], ph)  # the own hand-off complete
+                yield ("arrive", self.kv_empty[st], WG_THREADS)  # PV(n)
+            if nb > 0 and ((block_idx + nb - 1) & 1) != wg:
+                st, ph = self.stage(block_idx + nb - 1)
+                yield ("wait", self.xchg_full[st], ph)
+                yield ("arrive", self.kv_empty[st], WG_THREADS)
+            block_idx += nb
+
+    def producer(self) -> Agent:
+        n = 0
+        for piece, nb in enumerate(self.pieces):
+            if piece >= 1:
+                yield ("wait", self.q_empty, (piece - 1) & 1)
+            yield ("tma", self.q_full)
+            for _ in range(nb):
+                st = n % SWAPAB_STAGES
+                if n >= SWAPAB_STAGES:
+                    yield ("wait", self.kv_empty[st], ((n // SWAPAB_STAGES) - 1) & 1)
+                yield ("tma", self.kv_full[st])
                 n += 1

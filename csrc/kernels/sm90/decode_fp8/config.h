@@ -29,47 +29,33 @@ inline constexpr int QK_CONTENT_STEPS = D_CONTENT / K_STEP_BYTES;            // 
 inline constexpr int QK_ROPE_STEPS = D_ROPE * 2 / K_STEP_BYTES;              // 4 BF16 WGMMAs (1 k-group of 64)
 inline constexpr int STEPS_PER_SWIZZLE_ROW = SWIZZLE_ROW_BYTES / K_STEP_BYTES;  // 4
 inline constexpr int PV_STEPS = BLOCK_N / K_STEP_BYTES;                       // 2 (tokens are the PV k dim)
-// PV runs in chunks of 32 output columns (QGMMA m64n32k32), each folded into O~ in fp32 (mainloop.cuh says why).
-inline constexpr int PV_CHUNK_N = 32;
-// Chunks in flight: 3 (48 accumulator registers) was 10 % faster than 2 at h_q = 16 (v9, H200); it fits since
-// the softmax re-reads the k scales instead of keeping 16 of them across its two halves.
-inline constexpr int PV_DEPTH = 3;
-static_assert(PV_DEPTH >= 2 && PV_DEPTH <= 3, "pv_block's waits");
+// PV (swap AB, mainloop.cuh): O^T (dims x 64 rows) per m-tile of 64 dims, 2 RS QGMMA m64n64k32 (A = V^T from
+// ldmatrix.trans, B = P^T in the hand-off), one m-tile in flight while the previous one is folded in fp32.
+inline constexpr int PV_M_TILES = 4;  // per math warpgroup: its 256 dims
 
 // ---- warpgroups ----
 inline constexpr int WG_THREADS = 128;
-inline constexpr int NUM_MATH_WG = 2;                     // WG0, WG1: one 256-column half of O each
-inline constexpr int PRODUCER_WG = NUM_MATH_WG;           // WG2: TMA issue + V transpose
+inline constexpr int NUM_MATH_WG = 2;                     // WG0, WG1: one 256-dim half of O each
+inline constexpr int PRODUCER_WG = NUM_MATH_WG;           // WG2: TMA issue (one thread)
 inline constexpr int NUM_THREADS = (NUM_MATH_WG + 1) * WG_THREADS;  // 384
-inline constexpr int D_V_PER_WG = D_V / NUM_MATH_WG;      // 256 output columns per math warpgroup
-inline constexpr int TRANSPOSE_WARPS = WG_THREADS / 32;   // 4: warp w transposes content tile w
-inline constexpr int PV_CHUNKS = D_V_PER_WG / PV_CHUNK_N;  // 8
-// Transposer warps writing one math warpgroup's half of V^T, and their threads (the vt_full arrival count).
-inline constexpr int VT_HALF_WARPS = TRANSPOSE_WARPS / NUM_MATH_WG;  // 2
-inline constexpr int VT_HALF_WRITERS = VT_HALF_WARPS * 32;            // 64
+inline constexpr int D_V_PER_WG = D_V / NUM_MATH_WG;      // 256 output dims per math warpgroup
 
-// Register split (setmaxnreg): O~ (128 fp32) + S (32, dead during PV) or three PV chunk accumulators (3 x 16)
-// + P (8) + softmax state and addresses per math thread; the producer holds one ldmatrix result (4 words) and
-// the words it permutes plus addresses and its warp's TMA cursor. 216 / 72 is the split measured fastest: with
-// the ldmatrix transpose 232 / 40 also compiles without spills but ran 7 % slower at h_q = 16 (2026-11-29).
-// The pool is what the launch gave (__launch_bounds__(384, 1): 168 per thread), so
+// Register split (setmaxnreg): O^T (128 fp32) + S (32, dead during PV) or one PV m-tile accumulator (32) + its
+// A fragments (8) + 16 column scales + softmax state and addresses per math thread; the producer is one TMA
+// thread. The pool is what the launch gave (__launch_bounds__(384, 1): 168 per thread), so
 // 2 x MATH_REGS + PRODUCER_REGS <= 3 x 168, else the setmaxnreg.inc of the math warpgroups would wait forever.
 inline constexpr int LAUNCH_REGS = 168;
-inline constexpr int MATH_REGS = 216;
-inline constexpr int PRODUCER_REGS = 72;
+inline constexpr int MATH_REGS = 232;
+inline constexpr int PRODUCER_REGS = 40;
 static_assert(NUM_MATH_WG * MATH_REGS + PRODUCER_REGS <= 3 * LAUNCH_REGS, "register pool of the CTA");
 static_assert(MATH_REGS % 8 == 0 && PRODUCER_REGS % 8 == 0, "setmaxnreg takes multiples of 8");
 
 // ---- pipeline ----
 // KV stages hold what TMA brings (content + RoPE + scales, 41216 B); a stage is free once both math warpgroups
-// copied the block's hand-off out of its RoPE tile (exchange.cuh) and the producer transposed V. A V^T buffer
-// (32 KB) is free half by half, once the warpgroup reading that half finished its PV.
-inline constexpr int KV_STAGES = 3;
-inline constexpr int VT_STAGES = 2;
-inline constexpr int KV_STAGE_EXTRA_TX_BYTES = ROPE_TILE_BYTES + BLOCK_N * 4;  // RoPE tile + scales (warp 0)
-inline constexpr int KV_STAGE_TX_BYTES = CONTENT_TILES * CONTENT_TILE_BYTES + KV_STAGE_EXTRA_TX_BYTES;
-// kv_full arrivals: every transposer warp issues (and expects the bytes of) its own content tile.
-inline constexpr int TMA_ISSUERS = TRANSPOSE_WARPS;
+// ran their PV of the block (their V^T fragments come from its content tiles, P^T from the hand-off in its RoPE
+// tile). With no V^T buffers (64 KB in v11) there is room for 4.
+inline constexpr int KV_STAGES = 4;
+inline constexpr int KV_STAGE_TX_BYTES = CONTENT_TILES * CONTENT_TILE_BYTES + ROPE_TILE_BYTES + BLOCK_N * 4;
 // The query tile: 4 warp slabs of rows_per_warp rows (launch.h), content and RoPE (TMA counts whole boxes).
 inline constexpr int MATH_WARPS_PER_WG = WG_THREADS / 32;  // 4
 __device__ __forceinline__ constexpr int q_tx_bytes(int rows_per_warp) {
@@ -78,12 +64,10 @@ __device__ __forceinline__ constexpr int q_tx_bytes(int rows_per_warp) {
 static_assert(MATH_WARPS_PER_WG * 16 == BLOCK_M && MATH_WARPS_PER_WG == 4,
               "each warp of a WGMMA owns 16 accumulator rows (launch.h warp_first_q_row assumes 4 warps)");
 static_assert(KV_STAGE_TX_BYTES == kvl::PAGE_BYTES, "a stage is exactly one page: the kernel reads 644 B/token");
+static_assert(PV_M_TILES * 64 == D_V_PER_WG, "a warpgroup's dims are whole m-tiles");
 
 // ---- shapes the code relies on ----
 static_assert(BLOCK_M == 64 && BLOCK_N == 64, "the WGMMA M is 64 and the fragment maths assumes 64-token blocks");
-static_assert(D_V_PER_WG % PV_CHUNK_N == 0 && PV_CHUNK_N % 8 == 0, "PV chunks tile the warpgroup's columns");
-static_assert(CONTENT_TILES == TRANSPOSE_WARPS, "one transposer warp per 128-dim content tile");
-static_assert(VT_HALF_WARPS * SWIZZLE_ROW_BYTES == D_V_PER_WG, "a warpgroup's V^T half is whole transposer tiles");
 static_assert(D_ROPE * 2 == SWIZZLE_ROW_BYTES, "the RoPE row is one 128-B swizzle row");
 
 // Arrival counts of the barriers (every thread of the role arrives; see traits.h).

@@ -1,10 +1,15 @@
-// Epilogue of one piece, per math thread: its two rows of O~ restricted to its warpgroup's 256 columns.
+// Epilogue of one piece of the wide decode kernel, per math thread: its warpgroup's O^T (256 dims x 64 tile
+// rows) fragments, i.e. dims 64 (4wg + mt) + 16 warp + 2r + {0, 1} (r = lane / 4) of the tile rows 8i + 2t + e
+// (t = lane % 4, i = 0..7, e = 0, 1) (mainloop.cuh pv_block).
 //   one piece in the request:  out (bf16) = O~ / L~ and lse = ln 2 * (m + log2(L~ / inv)) (natural log);
 //                              a row with no visible token gets o = 0 and lse = +inf.
 //   split request:             o_accum[num_splits[r] + split] (fp32) = O~ / L~ and
 //                              lse_accum = m + log2(L~ / inv) (log2 domain), -inf for a row that saw nothing.
-// Rows past q_rows (padding of the 64-row tile) are not stored. Stores go straight from the fragment: per
-// 8-column chunk the 4 lanes of a quad write 16 contiguous bytes of bf16 (32 of fp32) of one row.
+// The softmax state lives in row layout (each thread its rows row0, row0 + 8); O^T needs it by columns, so the
+// quad leads write it to row_state and the warpgroup reads it back by columns between two named barriers (the
+// second keeps the next piece's epilogue from overwriting it early). Tile rows that are padding (launch.h
+// rows_per_warp) are not stored. Per (m-tile, row) the 8 lanes of a quad column write 32 contiguous bytes of
+// bf16 (64 of fp32).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,48 +17,70 @@
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
 #include "kernels/sm90/decode_fp8/softmax.cuh"
+#include "kernels/sm90/decode_fp8/traits.h"
 
 namespace snapmla::sm90::decode_fp8 {
 
+inline constexpr int BAR_EPILOGUE_WG0 = 1;  // named barrier of math warpgroup wg: + wg (0 is __syncthreads)
+
 // req, split: the piece's request and its index among the request's pieces (passed apart from the Piece so the
 // caller need not keep them in registers across its block loop).
-__device__ __forceinline__ void store_piece(const DecodeParams& p, int req, int split, int m_tile, int wg, int warp,
-                                            int lane, const float (&o)[128], const RowState (&st)[2]) {
+__device__ __forceinline__ void store_piece(const DecodeParams& p, SharedStorage& ss, int req, int split, int m_tile,
+                                            int wg, int warp, int lane, const float (&o)[PV_M_TILES][32],
+                                            const RowState (&st)[2]) {
   // Row indices are rebuilt here rather than kept live across the block loop (register pressure).
   lane = opaque(lane);
   req = opaque(req);
-  const int t = lane % 4;
+  const int t = lane % 4, r = lane / 4;
+  const int row0 = 16 * warp + r;
   const int split_begin = p.num_splits[req];
   const bool single = p.num_splits[req + 1] - split_begin == 1;
-  const int rpw = rows_per_warp(p.q_rows);  // launch.h: the warp's rows are its first rpw accumulator rows
+  const int rpw = rows_per_warp(p.q_rows);  // launch.h: the warp slab's rows are its first rpw tile rows
+  if (t == 0) {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int k = lane / 4 + 8 * r;
+    for (int rr = 0; rr < 2; ++rr) ss.row_state[wg][row0 + 8 * rr] = make_float4(st[rr].m, st[rr].inv, st[rr].l, 0.f);
+  }
+  // lse, in row layout, by warpgroup 0.
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int k = r + 8 * rr;
     const int row = warp_first_q_row(m_tile, warp, rpw) + k;
-    if (k >= rpw || row >= p.q_rows) continue;
-    const bool empty = st[r].m == -INFINITY;
-    const float inv_l = empty ? 0.f : 1.f / st[r].l;
-    const float lse2 = empty ? -INFINITY : st[r].m + log2f(st[r].l / st[r].inv);
-    const int col0 = wg * D_V_PER_WG + 2 * t;
+    if (wg != 0 || t != 0 || k >= rpw || row >= p.q_rows) continue;
+    const bool empty = st[rr].m == -INFINITY;
+    const float lse2 = empty ? -INFINITY : st[rr].m + log2f(st[rr].l / st[rr].inv);
     if (single) {
-      __nv_bfloat16* g_out = p.out + (static_cast<int64_t>(req) * p.q_rows + row) * D_V + col0;  // (b, q_rows, 512)
-#pragma unroll
-      for (int i = 0; i < D_V_PER_WG / 8; ++i)
-        *reinterpret_cast<__nv_bfloat162*>(g_out + 8 * i) =
-            __floats2bfloat162_rn(o[4 * i + 2 * r] * inv_l, o[4 * i + 2 * r + 1] * inv_l);
-      if (wg == 0 && t == 0) {
-        const int s = row / p.h_q, h = row % p.h_q;
-        p.lse[(static_cast<int64_t>(req) * p.h_q + h) * p.s_q + s] = empty ? INFINITY : lse2 * LN2;  // (b, h_q, s_q)
-      }
+      const int s = row / p.h_q, h = row % p.h_q;
+      p.lse[(static_cast<int64_t>(req) * p.h_q + h) * p.s_q + s] = empty ? INFINITY : lse2 * LN2;  // (b, h_q, s_q)
     } else {
-      const int64_t acc_row = static_cast<int64_t>(split_begin + split) * p.q_rows + row;
-      float* g_acc = p.o_accum + acc_row * D_V + col0;  // (total_splits, q_rows, 512)
-#pragma unroll
-      for (int i = 0; i < D_V_PER_WG / 8; ++i)
-        *reinterpret_cast<float2*>(g_acc + 8 * i) = make_float2(o[4 * i + 2 * r] * inv_l, o[4 * i + 2 * r + 1] * inv_l);
-      if (wg == 0 && t == 0) p.lse_accum[acc_row] = lse2;  // (total_splits, q_rows)
+      p.lse_accum[static_cast<int64_t>(split_begin + split) * p.q_rows + row] = lse2;  // (total_splits, q_rows)
     }
   }
+  named_barrier_sync(BAR_EPILOGUE_WG0 + wg, WG_THREADS);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int c = 8 * i + 2 * t + e;  // tile row = O^T column
+      const int k = c % 16;
+      const int row = warp_first_q_row(m_tile, c / 16, rpw) + k;
+      if (k >= rpw || row >= p.q_rows) continue;
+      const float4 sc = ss.row_state[wg][c];
+      const float inv_l = sc.x == -INFINITY ? 0.f : 1.f / sc.z;
+#pragma unroll
+      for (int mt = 0; mt < PV_M_TILES; ++mt) {
+        const int dim = 64 * (PV_M_TILES * wg + mt) + 16 * warp + 2 * r;
+        const float v0 = o[mt][4 * i + e] * inv_l, v1 = o[mt][4 * i + 2 + e] * inv_l;
+        if (single) {
+          __nv_bfloat16* g_out = p.out + (static_cast<int64_t>(req) * p.q_rows + row) * D_V + dim;  // (b, q_rows, 512)
+          *reinterpret_cast<__nv_bfloat162*>(g_out) = __floats2bfloat162_rn(v0, v1);
+        } else {
+          const int64_t acc_row = static_cast<int64_t>(split_begin + split) * p.q_rows + row;
+          *reinterpret_cast<float2*>(p.o_accum + acc_row * D_V + dim) = make_float2(v0, v1);  // (total_splits, q_rows, 512)
+        }
+      }
+    }
+  }
+  named_barrier_sync(BAR_EPILOGUE_WG0 + wg, WG_THREADS);
 }
 
 }  // namespace snapmla::sm90::decode_fp8

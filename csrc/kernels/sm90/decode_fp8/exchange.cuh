@@ -1,22 +1,28 @@
-// Hand-off of one block's softmax result between the two math warpgroups of the decode kernel.
+// Hand-off of one block's softmax result between the two math warpgroups of the wide decode kernel.
 //
 // Each block's QK and softmax are computed by one warpgroup only, its owner (block index parity, mainloop.cuh);
-// both warpgroups then need the block's P (the A operand of their half of PV) and the online-softmax state after
-// it (the next block's softmax starts from it, and the O~ fold uses its scale). The owner writes them into the
-// RoPE tile of the block's KV stage: 8 KB that nothing reads once the owner's QK retired, and that the producer
-// refills only after kv_empty, which the reader joins once it has copied the hand-off out. So no extra shared
-// memory (the kernel has 1 KB left) and no extra barrier on the refill path.
+// both warpgroups then need the block's P (the B operand of their PV, O^T = V^T . P^T) and the online-softmax
+// state after it (the next block's softmax starts from it, and the O^T fold uses its scale per row). The owner
+// writes them into the RoPE tile of the block's KV stage: 8 KB that nothing reads once the owner's QK retired,
+// and that the producer refills only after kv_empty, which both warpgroups join once their PV of the block
+// retired. So no extra shared memory and no extra barrier on the refill path.
 //
-// Layout inside the 8192-B RoPE tile:
-//   [0, 2048)      P words 0..3 of warpgroup thread i at 16 i   (STS.128 / LDS.128: 8 lanes per 128 B, no bank
-//   [2048, 4096)   P words 4..7 of thread i at 2048 + 16 i       conflict; the reader thread i has the same rows)
-//   [4096, 5120)   per row (64) a float4 {m, inv, l, o_scale}, written by lane t = 0 of the row's quad
-// The P fragment of thread i covers the same rows and k positions in both warpgroups, so the reader gets its
-// A registers with two loads and no permutation.
+// Layout inside the 8192-B RoPE tile (1024-B aligned):
+//   [0, 4096)      P^T: 64 tile rows x 64 k positions e4m3, K-major Swizzle-64B (row c at 64 c, 16-B chunk XOR
+//                  (c >> 1) & 3), the B operand of the PV WGMMAs. K position 32g + 16h + 4t + j holds token
+//                  32g + 16h + 2t + {0, 1, 8, 9}[j] (the order the V^T fragments of narrow/pv.cuh use), which is
+//                  exactly the byte order of the owner's packed P words (softmax.cuh pack_p): word 4g + 2h + r
+//                  of thread (row0, t) is the 4 bytes at row row0 + 8r, positions 32g + 16h + 4t .. + 3.
+//                  8 STS.32 per thread; the 8 rows x 4 lanes of a store phase hit 32 distinct banks.
+//   [4096, 5120)   per row (64) a float4 {m, inv, l, o_scale}, written by lane t = 0 of the row's quad: the
+//                  state the next block's softmax starts from (row layout).
+//   [5120, 5376)   o_scale per row (64 fp32): the fold factor, read by columns (the O^T accumulator's columns are
+//                  the tile rows).
 //
-// Ordering: the writer's stores are released by its arrival on xchg_full[stage] (128 arrivals) and acquired by
-// the reader's wait. Both warpgroups read the P back (the owner its own, mainloop.cuh) and fence the async proxy
-// before their kv_empty arrival, because the stage's next TMA load overwrites these bytes.
+// Ordering: the owner's stores are made visible to the async proxy (WGMMA reads P^T) by its fence, released by
+// its arrival on xchg_full[stage] (128 arrivals) and acquired by every reader's wait, the owner's own PV
+// included. Both warpgroups fence the async proxy again before their kv_empty arrival, because the stage's
+// next TMA load overwrites these bytes after their generic reads of the state.
 #pragma once
 
 #include <cstdint>
@@ -27,31 +33,43 @@
 
 namespace snapmla::sm90::decode_fp8 {
 
-inline constexpr int XCHG_P_HALF_BYTES = WG_THREADS * 16;          // 2048: 4 P words per thread
-inline constexpr int XCHG_STATE_OFFSET = 2 * XCHG_P_HALF_BYTES;   // 4096
-inline constexpr int XCHG_BYTES = XCHG_STATE_OFFSET + BLOCK_M * 16;  // 5120
+inline constexpr int XCHG_PT_BYTES = BLOCK_M * BLOCK_N;                      // 4096
+inline constexpr int XCHG_STATE_OFFSET = XCHG_PT_BYTES;                      // 4096
+inline constexpr int XCHG_SCALE_OFFSET = XCHG_STATE_OFFSET + BLOCK_M * 16;   // 5120
+inline constexpr int XCHG_BYTES = XCHG_SCALE_OFFSET + BLOCK_M * 4;           // 5376
 static_assert(XCHG_BYTES <= ROPE_TILE_BYTES, "the hand-off must fit in the RoPE tile it reuses");
 
-// Owner side. tile: shared address of the stage's RoPE tile; tid: thread index in the warpgroup (0..127);
-// row0: the thread's first row (16 warp + lane / 4; the second is row0 + 8); quad_lead: lane % 4 == 0.
+// Owner side. tile: shared address of the stage's RoPE tile; p: the packed P words (pack_p); row0: the thread's
+// first row (16 warp + lane / 4; the second is row0 + 8); t = lane % 4.
 __device__ __forceinline__ void publish_block(uint32_t tile, const uint32_t (&p)[8], const RowState (&st)[2],
-                                              const float (&o_scale)[2], int tid, int row0, bool quad_lead) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(tile + 16 * tid), "r"(p[0]), "r"(p[1]), "r"(p[2]),
-               "r"(p[3])
-               : "memory");
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(tile + XCHG_P_HALF_BYTES + 16 * tid), "r"(p[4]),
-               "r"(p[5]), "r"(p[6]), "r"(p[7])
-               : "memory");
-  if (quad_lead) {
+                                              const float (&o_scale)[2], int row0, int t) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
-      asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(tile + XCHG_STATE_OFFSET + 16 * (row0 + 8 * r)),
+  for (int g = 0; g < 2; ++g) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = row0 + 8 * r;
+        const uint32_t addr = tile + row * BLOCK_N + (((2 * g + h) ^ ((row >> 1) & 3)) << 4) + 4 * t;
+        asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(p[4 * g + 2 * h + r]) : "memory");
+      }
+    }
+  }
+  if (t == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + 8 * r;
+      asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(tile + XCHG_STATE_OFFSET + 16 * row),
                    "f"(st[r].m), "f"(st[r].inv), "f"(st[r].l), "f"(o_scale[r])
                    : "memory");
+      asm volatile("st.shared.f32 [%0], %1;" ::"r"(tile + XCHG_SCALE_OFFSET + 4 * row), "f"(o_scale[r]) : "memory");
+    }
   }
+  fence_proxy_async_smem();
 }
 
-// Reader side: the state after the block and the scale of its fold (every lane of the quad reads its rows).
+// Reader side: the state after the block and the scale of its fold, in row layout (every lane of the quad reads
+// its rows).
 __device__ __forceinline__ void read_block_state(uint32_t tile, int row0, RowState (&st)[2], float (&o_scale)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r)
@@ -61,17 +79,14 @@ __device__ __forceinline__ void read_block_state(uint32_t tile, int row0, RowSta
                  : "memory");
 }
 
-// Reader side: the block's P fragment. Defines A registers of a PV WGMMA, so it runs with no WGMMA in flight
-// (mainloop.cuh: ptxas would otherwise serialise every WGMMA of the kernel, C7513).
-__device__ __forceinline__ void read_block_p(uint32_t tile, int tid, uint32_t (&p)[8]) {
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(p[0]), "=r"(p[1]), "=r"(p[2]), "=r"(p[3])
-               : "r"(tile + 16 * tid)
-               : "memory");
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(p[4]), "=r"(p[5]), "=r"(p[6]), "=r"(p[7])
-               : "r"(tile + XCHG_P_HALF_BYTES + 16 * tid)
-               : "memory");
+// The fold scales of the thread's 16 O^T columns (tile rows 8i + 2t + e): col_scale[2i + e], 8 LDS.64.
+__device__ __forceinline__ void read_col_scales(uint32_t tile, int t, float (&col_scale)[16]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
+                 : "=f"(col_scale[2 * i]), "=f"(col_scale[2 * i + 1])
+                 : "r"(tile + XCHG_SCALE_OFFSET + 4 * (8 * i + 2 * t))
+                 : "memory");
 }
 
 }  // namespace snapmla::sm90::decode_fp8

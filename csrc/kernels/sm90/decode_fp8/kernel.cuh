@@ -1,26 +1,23 @@
 // sm_90a FP8 SnapMLA decode kernel, wide tiles (SPEC sections 4-5; q_rows <= 16 with enough work per CTA runs
-// the narrow kernel instead, narrow/kernel.cuh): attention of 64 folded query rows (row = s * h_q + h)
-// over the 64-token pages of one schedule row's pieces, with FP8 Q and K content, BF16 pre-scaled RoPE, per-token
-// K scales and per-(row, block) FP8 P scales folded into the online-softmax state.
+// the narrow kernel instead, narrow/kernel.cuh): attention of 64 folded query rows (row = s * h_q + h) over the
+// 64-token pages of one schedule row's pieces, with FP8 Q and K content, BF16 pre-scaled RoPE, per-token K scales
+// and per-(row, block) FP8 P scales folded into the online-softmax state.
+// EXPERIMENT (branch wide-swapab-exp): PV as O^T = V^T . P^T; compile-checked only, not run on a GPU yet.
 //
-// Grid (num_m_tiles, num_sm_parts), 384 threads, one CTA per SM (225 KB of shared memory), persistent over the
+// Grid (num_m_tiles, num_sm_parts), 384 threads, one CTA per SM (~203 KB of shared memory), persistent over the
 // pieces of its schedule row. Warpgroups:
-//   WG0, WG1 (math, MATH_REGS = 216 registers): block n belongs to WG(n % 2), which computes its whole 64x64 QK
-//     (16 QGMMA k32 over the 512 content dims + 4 HGMMA k16 over the 64 RoPE dims, one fp32 accumulator), the
-//     online softmax and P quantised to e4m3 in registers, and hands P and the softmax state to the other
-//     warpgroup through the stage's RoPE tile. Both run PV for every block, each for its 256-column half of O
-//     (8 chunks of 2 QGMMA m64n32k32, 3 in flight, A from registers, each chunk folded into O~ in fp32), in block
-//     order.
-//     mainloop.cuh, softmax.cuh, exchange.cuh, epilogue.cuh.
-//   WG2 (producer, PRODUCER_REGS = 72): lane 0 of each of the four warps issues the TMA of its content tile
-//     (warp 0 also the RoPE tile, the scales and the query tile once per piece; 41216 B per page, kv_full takes
-//     4 arrivals), up to two blocks ahead after each transpose, never polling; the four warps transpose V into
-//     K-major V^T buffers (ldmatrix / stmatrix) and zero the tail of the last block. producer.cuh.
-// Pipeline: 3 KV stages (content, RoPE, scales: kv_full by TMA bytes; xchg_full when the owner's hand-off is in
-// the RoPE tile; kv_empty when the hand-off was written and read and the transpose is done) and 2 V^T buffers
-// (vt_full / vt_empty per 256-row half: the two transposer warps of a half, the PV of the warpgroup reading
-// it); query tile q_full / q_empty once per piece. Barrier phases come from one running block index shared by all roles.
-// Shared memory: 40 KB Q + 3 x 40.25 KB KV stages + 2 x 32 KB V^T = 225 KB (traits.h).
+//   WG0, WG1 (math, MATH_REGS = 232): block n of the CTA's walk belongs to WG(n % 2), which computes its whole
+//     64x64 QK (16 QGMMA k32 over the 512 content dims + 4 HGMMA k16 over the 64 RoPE dims, one fp32
+//     accumulator), the online softmax and P quantised to e4m3, and hands P^T and the softmax state to the other
+//     warpgroup through the stage's RoPE tile. Both run PV for every block in block order, each for its 256 dims:
+//     4 m-tiles of 2 RS QGMMA m64n64k32, A = V^T from ldmatrix.trans of the content tiles, B = P^T, each m-tile
+//     folded into O^T in fp32. mainloop.cuh, softmax.cuh, exchange.cuh, epilogue.cuh.
+//   WG2 (producer, PRODUCER_REGS = 40): one thread issues the TMA loads (tma_producer.cuh): the query tile once
+//     per piece (4 warp slabs) and the page of each block (41216 B).
+// Pipeline: 4 KV stages (kv_full: TMA bytes; xchg_full when the owner's hand-off is in the RoPE tile; kv_empty
+// when both warpgroups' PV of the block retired), query tile q_full / q_empty once per piece. Barrier phases
+// come from one running block index shared by all roles.
+// Shared memory: 40 KB Q + 4 x 40.25 KB KV stages + 2 KB row states = ~203 KB (traits.h).
 // Bytes per block: 41216 (the page, nothing else). FLOPs per block and 64-row tile: 2 x 64 x 64 x 512 FP8 for
 // QK + 2 x 64 x 64 x 512 FP8 for PV + 2 x 64 x 64 x 64 BF16 for RoPE, each done once.
 #pragma once
@@ -29,38 +26,41 @@
 #include "kernels/sm90/common/tma.cuh"
 #include "kernels/sm90/decode_fp8/kernel_prologue.cuh"
 #include "kernels/sm90/decode_fp8/mainloop.cuh"
-#include "kernels/sm90/decode_fp8/producer.cuh"
+#include "kernels/sm90/decode_fp8/tma_producer.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
 #include "kernels/sm90/decode_fp8/traits.h"
 
 namespace snapmla::sm90::decode_fp8 {
 
+// The query tile of piece `req` (tma_producer.cuh calls it by overload): 4 warp slabs of rows_per_warp rows
+// (launch.h), tile m = blockIdx.x; rows past q_rows are zero-filled, slab rows past rows_per_warp are not
+// written (padding rows: each accumulator row depends on its own query row only, and they are never stored).
+__device__ __forceinline__ void issue_query_tile(const KernelParams& kp, SharedStorage& ss, int qbuf, int req) {
+  const int rpw = rows_per_warp(kp.p.q_rows);
+  const int m_tile = blockIdx.x;
+  mbarrier_arrive_expect_tx(&ss.q_full[qbuf], q_tx_bytes(rpw));
+#pragma unroll
+  for (int w = 0; w < MATH_WARPS_PER_WG; ++w) {
+    const int q_row = warp_first_q_row(m_tile, w, rpw);
+    constexpr int SLAB = 16 * SWIZZLE_ROW_BYTES;  // 16 rows of 128 B
+#pragma unroll
+    for (int t = 0; t < CONTENT_TILES; ++t)
+      tma_load_3d(ss.q_content[t] + w * SLAB, &kp.tm_q_content, &ss.q_full[qbuf], t * SWIZZLE_ROW_BYTES, q_row, req);
+    tma_load_3d(ss.q_rope + w * SLAB, &kp.tm_q_rope, &ss.q_full[qbuf], 0, q_row, req);
+  }
+}
+
 template <typename KvElem>
 __global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_kernel(const __grid_constant__ KernelParams kp) {
-  static_assert(KvTraits<KvElem>::NEEDS_V_TRANSPOSE, "this kernel body is the 8-bit (transposed V) path");
+  static_assert(KvTraits<KvElem>::NEEDS_V_TRANSPOSE, "the 8-bit cache path (V transposed by ldmatrix)");
   extern __shared__ uint8_t smem_raw[];
   SharedStorage& ss = aligned_storage<SharedStorage>(smem_raw);
 
   if (threadIdx.x == 0) {
 #pragma unroll
-    for (int i = 0; i < KV_STAGES; ++i) {
-      mbarrier_init(&ss.kv_full[i], TMA_ISSUERS);
-      mbarrier_init(&ss.kv_empty[i], MATH_THREADS + WG_THREADS);
-      mbarrier_init(&ss.xchg_full[i], WG_THREADS);
-    }
-#pragma unroll
-    for (int i = 0; i < VT_STAGES; ++i) {
-#pragma unroll
-      for (int h = 0; h < NUM_MATH_WG; ++h) {
-        mbarrier_init(&ss.vt_full[i][h], VT_HALF_WRITERS);
-        mbarrier_init(&ss.vt_empty[i][h], WG_THREADS);
-      }
-    }
-    mbarrier_init(&ss.q_full, 1);
-    mbarrier_init(&ss.q_empty, MATH_THREADS);
-    fence_barrier_init();
+    for (int i = 0; i < KV_STAGES; ++i) mbarrier_init(&ss.xchg_full[i], WG_THREADS);  // fenced by init_pipeline
   }
-  prefetch_tensor_maps(kp);
+  init_pipeline(kp, ss, MATH_THREADS);  // kv_empty: both math warpgroups, after their PV of the block
   __syncthreads();
 
   // The schedule row is read after the role split: values live across setmaxnreg would be spilled. A CTA
@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_kernel(cons
   const int wg = threadIdx.x / WG_THREADS;
   if (wg == PRODUCER_WG) {
     setmaxnreg_dec<PRODUCER_REGS>();
-    run_producer(kp, ss, load_sched_row(kp.p));
+    if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<SharedStorage>(kp, ss, load_sched_row(kp.p));
   } else {
     setmaxnreg_inc<MATH_REGS>();
     run_math(kp, ss, load_sched_row(kp.p), wg);

@@ -1,38 +1,41 @@
-// Math warpgroups (WG0, WG1) of the decode kernel. The blocks a CTA walks are dealt out by the parity of their
-// running index: WG(n % 2) owns block n and computes its QK and softmax alone, then hands P and the softmax
-// state to the other warpgroup through shared memory (exchange.cuh). Both warpgroups run PV for every block,
-// warpgroup wg for O~[:, 256wg .. 256wg+255], in increasing block order (A = P from registers, B = V^T).
+// Math warpgroups (WG0, WG1) of the wide decode kernel. The blocks a CTA walks are dealt out by the parity of
+// their running index: WG(n % 2) owns block n and computes its QK and softmax alone, then hands P^T and the
+// softmax state to the other warpgroup through shared memory (exchange.cuh). Both warpgroups run PV for every
+// block, warpgroup wg for dims 256wg .. 256wg + 255, in increasing block order, as O^T = V^T . P^T (swap AB:
+// A = V^T built in registers by ldmatrix.trans from the page's content tiles, B = P^T in the hand-off).
+// EXPERIMENT (branch wide-swapab-exp, 2026-11-29): compile-checked only, not run on a GPU yet. v11 (main) ran
+// PV as P . V with V^T transposed into shared memory by the producer warpgroup.
 //
 // Per own block n of a piece (the owner of n - 1, if it is in the piece, is the other warpgroup):
 //   wait kv_full -> 16 x QGMMA m64n64k32 (Q8 . K8, 512 dims) + 4 x HGMMA m64n64k16 (RoPE) -> retire
 //   -> softmax half 1 (logits, row maxima) -> wait the hand-off of n - 1 (its state) -> softmax half 2
-//   -> P to e4m3 -> hand-off of n (publish, xchg_full) -> P of n - 1 from its hand-off (kv_empty) -> PV(n - 1)
-//   -> own P read back from the hand-off (kv_empty) -> PV(n); after the piece's last own block, PV of a
-//   trailing block of the other warpgroup.
-// The chain between the warpgroups is only softmax -> hand-off -> softmax: while one runs its softmax the
-// other's QK or PV keeps the tensor cores busy, and QK is computed once per block (it was computed by both
-// warpgroups before 2026-11-29, which doubled the QK tensor work and its shared-memory reads).
+//   -> P to e4m3 -> hand-off of n (P^T, state, fold scales; xchg_full) -> PV(n - 1) -> wait the own hand-off
+//   (all 128 owner threads' stores) -> PV(n); after the piece's last own block, PV of a trailing block of the
+//   other warpgroup. Each PV ends with this warpgroup's kv_empty arrival for the block's stage.
+// The chain between the warpgroups is only softmax -> hand-off -> softmax.
 //
-// PV per block runs in 8 chunks of 32 output columns, each 2 x QGMMA m64n32k32 into a fresh accumulator (three
-// of them, so chunks c+1 and c+2 run while chunk c is folded in) -> O~ = O~ * scale + chunk (FFMA, fp32)
-// -> vt_empty.
+// PV per block: 4 m-tiles of 64 dims, each 2 x QGMMA m64n64k32 (RS) into a fresh accumulator, the next
+// m-tile's V^T fragments (1 LDSM.x4.trans + 4 PRMT per k-step) loaded while it runs, then
+// O^T = O^T * o_scale[row] + acc (FFMA, fp32; o_scale per column of the accumulator, 16 per thread).
 //
 // Why PV is not accumulated in place: an FP8 WGMMA adds into its fp32 accumulator with only ~14 significant
 // bits (the limit DeepSeek-V3 reports for Hopper FP8 GEMMs). O~ grows with every block while one block adds
 // a small share, so accumulating a long piece inside the tensor core lost precision linearly in its length:
 // measured against the fp32 emulation, rel L2 3e-3 after ~120 blocks and 2.6e-2 after 1024 blocks (65536
-// tokens in one piece). Each block's P8 . V8 (64 tokens) is now summed by the tensor core alone and added to O~
-// in fp32 by the CUDA cores, which also folds the O~ rescale into the same FFMA.
+// tokens in one piece). Each block's P8 . V8 (64 tokens) is summed by the tensor core alone and added to O^T
+// in fp32 by the CUDA cores, which also folds the rescale into the same FFMA.
 //
-// Registers per thread: O~ 128 + S 32 + k scales 16 (one half at a time, re-read) during the softmax; O~ 128 + 8 P
-// + 3 x 16 PV chunks during PV (one block's P at a time: that is why the own P is read back rather than kept),
-// within MATH_REGS = 216 (docs/decode_kernel.md, Next steps).
+// Registers per thread: O^T 128 + S 32 + k scales 16 (one half at a time, re-read) during the softmax; O^T 128 +
+// one m-tile accumulator 32 + A fragments 2 x 8 + 16 column scales during PV, within MATH_REGS = 232. Two
+// m-tiles in flight (a second 32-register accumulator) spill: 720 B at 232 / 40, 436 B at 240 / 24 (ptxas,
+// 2026-11-29).
 #pragma once
 
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/wgmma.cuh"
 #include "kernels/sm90/decode_fp8/epilogue.cuh"
 #include "kernels/sm90/decode_fp8/exchange.cuh"
+#include "kernels/sm90/decode_fp8/narrow/pv.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
 #include "kernels/sm90/decode_fp8/softmax.cuh"
 #include "kernels/sm90/decode_fp8/traits.h"
@@ -74,80 +77,57 @@ __device__ __forceinline__ void qk_block(float (&s)[32], SharedStorage& ss, int 
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_fence_operands(s);
-  if (release_q) mbarrier_arrive(&ss.q_empty);
+  if (release_q) mbarrier_arrive(&ss.q_empty[0]);
 }
 
-// One 32-column chunk of this warpgroup's PV: V^T rows 256wg + 32c .. +31 (64 B each, Swizzle-64B, 512 B per
-// 8 rows), both 32-token k-steps, into a fresh accumulator.
-__device__ __forceinline__ void issue_pv_chunk(float (&acc)[16], const uint32_t (&p)[8], uint32_t vt_base, int c) {
-  constexpr uint32_t SBO = 8 * BLOCK_N;
-  const uint64_t desc = make_smem_desc(vt_base + c * PV_CHUNK_N * BLOCK_N, SBO, SmemSwizzle::k64B);
+// PV of block n for this warpgroup's 256 dims (m-tiles 4wg .. 4wg + 3): per m-tile, O^T[mt] (64 dims x 64 tile
+// rows) = O^T[mt] * o_scale[row] + V^T[mt] . P^T, with V^T[mt] as the register A operand (ldmatrix.trans from the
+// stage's content tiles, narrow/pv.cuh load_v_frags) and P^T from the hand-off. The next m-tile's fragments load
+// while the current one runs; the accumulator is fresh per m-tile and folded in fp32 (see the header).
+// Then the stage's last reads by this warpgroup are done: kv_empty.
+template <bool MASKED>
+__device__ __forceinline__ void pv_block(float (&o)[PV_M_TILES][32], SharedStorage& ss, int n, int wg, int warp, int lane,
+                                         int n_valid) {
+  const int stage = n % KV_STAGES;
+  const uint32_t tile = smem_u32(ss.kv_rope[stage]);
+  const uint32_t content = smem_u32(ss.kv_content[stage]);
+  float col_scale[16];
+  read_col_scales(tile, lane % 4, col_scale);
+  const uint64_t pt_desc = make_smem_desc(tile, 8 * BLOCK_N, SmemSwizzle::k64B);  // P^T: 512 B per 8 rows of 64 B
+  uint32_t a[2][PV_STEPS][4];
+  narrow::load_v_frags<MASKED>(a[0], content, PV_M_TILES * wg, warp, lane, n_valid);
 #pragma unroll
-  for (int g = 0; g < PV_STEPS; ++g) {
-    const uint32_t a[4] = {p[4 * g], p[4 * g + 1], p[4 * g + 2], p[4 * g + 3]};
-    wgmma_m64n32k32_e4m3_rs(acc, a, desc + ((g * K_STEP_BYTES) >> 4), g > 0);
-  }
-}
-
-// O~ columns of chunk c (accumulator chunks 4c .. 4c+3 of the m64n256 layout, i.e. o[16c .. 16c+15]) become
-// O~ * o_scale + acc, in fp32.
-// The second rows (o_scale[1]) only when two_rows (warp-uniform; otherwise they are padding, launch.h).
-__device__ __forceinline__ void fold_chunk(float (&o)[128], const float (&acc)[16], const float (&o_scale)[2],
-                                           int c, bool two_rows) {
+  for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[0][g]);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    o[16 * c + 4 * i + 0] = fmaf(o[16 * c + 4 * i + 0], o_scale[0], acc[4 * i + 0]);
-    o[16 * c + 4 * i + 1] = fmaf(o[16 * c + 4 * i + 1], o_scale[0], acc[4 * i + 1]);
-  }
-  if (!two_rows) return;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    o[16 * c + 4 * i + 2] = fmaf(o[16 * c + 4 * i + 2], o_scale[1], acc[4 * i + 2]);
-    o[16 * c + 4 * i + 3] = fmaf(o[16 * c + 4 * i + 3], o_scale[1], acc[4 * i + 3]);
-  }
-}
-
-// PV of one block for this warpgroup's 256 columns, folded into O~ (see the header). Chunks up to
-// c + PV_DEPTH - 1 are issued before chunk c is folded; the accumulator a chunk reuses was folded one step
-// earlier. Warps with only padding
-// rows (live_rows false) still take part in every WGMMA but leave O~ alone.
-__device__ __forceinline__ void pv_block(float (&o)[128], uint32_t (&p)[8], const float (&o_scale)[2],
-                                         SharedStorage& ss, int block_idx, int wg, bool live_rows, bool two_rows) {
-  const int vbuf = block_idx % VT_STAGES;
-  mbarrier_wait(&ss.vt_full[vbuf][wg], (block_idx / VT_STAGES) & 1);
-  const uint32_t vt_base = smem_u32(ss.vt[vbuf]) + wg * D_V_PER_WG * BLOCK_N;
-  float acc[PV_DEPTH][16];
-  wgmma_fence_operands(p);
-#pragma unroll
-  for (int c = 0; c + 1 < PV_DEPTH; ++c) {
+  for (int mt = 0; mt < PV_M_TILES; ++mt) {
+    float acc[32];
+    wgmma_fence_operands(acc);
     wgmma_arrive();
-    issue_pv_chunk(acc[c], p, vt_base, c);
-    wgmma_commit();
-  }
 #pragma unroll
-  for (int c = 0; c < PV_CHUNKS; ++c) {
-    const int next = c + PV_DEPTH - 1;
-    if (next < PV_CHUNKS) {
-      wgmma_fence_operands(acc[next % PV_DEPTH]);
-      wgmma_arrive();
-      issue_pv_chunk(acc[next % PV_DEPTH], p, vt_base, next);
-      wgmma_commit();
+    for (int g = 0; g < PV_STEPS; ++g)
+      wgmma_m64n64k32_e4m3_rs(acc, a[mt % 2][g], pt_desc + ((g * K_STEP_BYTES) >> 4), g > 0);
+    wgmma_commit();
+    if (mt + 1 < PV_M_TILES) {
+      // Other registers than the ones in flight: a[(mt + 1) % 2] belonged to m-tile mt - 1, retired.
+      narrow::load_v_frags<MASKED>(a[(mt + 1) % 2], content, PV_M_TILES * wg + mt + 1, warp, lane, n_valid);
+#pragma unroll
+      for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[(mt + 1) % 2][g]);
     }
-    // Chunks issued after c may stay in flight: min(PV_DEPTH - 1, PV_CHUNKS - 1 - c) of them.
-    if (PV_CHUNKS - 1 - c >= PV_DEPTH - 1) wgmma_wait<PV_DEPTH - 1>();
-    else if (PV_CHUNKS - 1 - c == 1) wgmma_wait<1>();
-    else wgmma_wait<0>();
-    wgmma_fence_operands(acc[c % PV_DEPTH]);
-    if (live_rows) fold_chunk(o, acc[c % PV_DEPTH], o_scale, c, two_rows);
+    wgmma_wait<0>();
+    wgmma_fence_operands(acc);
+#pragma unroll
+    for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[mt % 2][g]);
+    // Accumulator index 4i + 2rr + e: dim row rr, column (tile row) 8i + 2t + e.
+#pragma unroll
+    for (int k = 0; k < 32; ++k) o[mt][k] = fmaf(o[mt][k], col_scale[2 * (k / 4) + k % 2], acc[k]);
   }
-  wgmma_fence_operands(p);
-  mbarrier_arrive(&ss.vt_empty[vbuf][wg]);
+  // The stage's next TMA load overwrites the hand-off this warpgroup read through the generic proxy.
+  fence_proxy_async_smem();
+  mbarrier_arrive(&ss.kv_empty[stage]);
 }
 
-// The other warpgroup's block n, in two steps: wait for its hand-off and take the state after it and its fold
-// scale (needed by the softmax of the next block), then, with no WGMMA in flight and after this warpgroup's own
-// softmax (register pressure: S and the k scales are dead by then), its P; the stage then goes back to the
-// producer.
+// The other warpgroup's block n: wait for its hand-off and take the state after it (the softmax of the next
+// block starts from it).
 __device__ __forceinline__ void take_handoff_state(SharedStorage& ss, int n, int row0, RowState (&st)[2],
                                                    float (&o_scale)[2]) {
   const int stage = n % KV_STAGES;
@@ -155,13 +135,14 @@ __device__ __forceinline__ void take_handoff_state(SharedStorage& ss, int n, int
   read_block_state(smem_u32(ss.kv_rope[stage]), row0, st, o_scale);
 }
 
-__device__ __forceinline__ void take_handoff_p(SharedStorage& ss, int n, int tid, uint32_t (&p)[8]) {
-  const int stage = n % KV_STAGES;
-  read_block_p(smem_u32(ss.kv_rope[stage]), tid, p);
-  // The next TMA load of the stage overwrites the hand-off: order these reads (and, for the owner, its
-  // writes) before the async proxy's writes.
-  fence_proxy_async_smem();
-  mbarrier_arrive(&ss.kv_empty[stage]);
+// PV of block n once its hand-off is complete (the owner waits for its own 128 threads' P^T stores too).
+__device__ __forceinline__ void pv_after_handoff(float (&o)[PV_M_TILES][32], SharedStorage& ss, int n, int wg, int warp,
+                                                 int lane, int n_valid, bool wait_handoff) {
+  if (wait_handoff) mbarrier_wait(&ss.xchg_full[n % KV_STAGES], (n / KV_STAGES) & 1);
+  if (n_valid >= BLOCK_N)
+    pv_block<false>(o, ss, n, wg, warp, lane, n_valid);
+  else
+    pv_block<true>(o, ss, n, wg, warp, lane, n_valid);
 }
 
 __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedRow& row, int wg) {
@@ -181,7 +162,8 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
   const bool two_rows = rpw > 8;
 
   int block_idx = 0;  // running index of the piece's first block
-  for (int req = row.begin_req; req <= row.end_req; ++req) {
+  int piece = 0;
+  for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
     float q_mul[2];
     int limit[2];  // visible tokens of the row: causal query token s sees 0 .. seqlen - s_q + s
@@ -194,15 +176,18 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
       limit[r] = p.causal && valid ? pc.seqlen - p.s_q + q_row / p.h_q + 1 : pc.seqlen;
     }
     RowState st[2] = {{-INFINITY, 1.f, 0.f}, {-INFINITY, 1.f, 0.f}};
-    float o[128];
+    float o[PV_M_TILES][32];
 #pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    for (int m = 0; m < PV_M_TILES; ++m) {
+#pragma unroll
+      for (int k = 0; k < 32; ++k) o[m][k] = 0.f;
+    }
 
     // Local block j of the piece is running block block_idx + j, owned by warpgroup (block_idx + j) % 2.
     const int n_blocks = pc.blk_end - pc.blk_begin;
     const int first_own = (block_idx & 1) == wg ? 0 : 1;
-    mbarrier_wait(&ss.q_full, (req - row.begin_req) & 1);  // one query tile per piece
-    if (first_own >= n_blocks) mbarrier_arrive(&ss.q_empty);  // no QK of this warpgroup in the piece
+    mbarrier_wait(&ss.q_full[0], piece & 1);  // one query tile per piece
+    if (first_own >= n_blocks) mbarrier_arrive(&ss.q_empty[0]);  // no QK of this warpgroup in the piece
     for (int j = first_own; j < n_blocks; j += 2) {
       const int n = block_idx + j;
       const int stage = n % KV_STAGES;
@@ -210,8 +195,7 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
       qk_block(s, ss, n, j + 2 >= n_blocks);
       const int blk = pc.blk_begin + j;
       const int n_vis[2] = {limit[0] - blk * BLOCK_N, limit[1] - blk * BLOCK_N};
-      // A warp whose 16 rows are all padding (rows >= q_rows: 48 of the 64 at h_q = 16) skips the softmax and
-      // the packing: its P stays 0 and its O~ rows stay 0 (never stored).
+      // A warp whose 16 rows are all padding (rows >= q_rows) skips the softmax and the packing: its P stays 0.
       float mx[2];
       const bool whole = n_vis[0] >= BLOCK_N && n_vis[1] >= BLOCK_N;
       if (live_rows) {
@@ -233,30 +217,21 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
             softmax_probs<true>(s, ss.kv_scale[stage], mx, n_vis, t, two_rows, st, o_scale);
           pack_p(s, st, p_blk);
         }
-        publish_block(smem_u32(ss.kv_rope[stage]), p_blk, st, o_scale, tid, row0, t == 0);
+        publish_block(smem_u32(ss.kv_rope[stage]), p_blk, st, o_scale, row0, t);
         mbarrier_arrive(&ss.xchg_full[stage]);
       }
-      if (j > 0) {
-        uint32_t p_prev[8];
-        take_handoff_p(ss, n - 1, tid, p_prev);
-        pv_block(o, p_prev, o_scale_prev, ss, n - 1, wg, live_rows, two_rows);
-      }
-      // The own P is read back from the hand-off rather than kept in 8 registers across PV(n - 1).
-      uint32_t p_own[8];
-      take_handoff_p(ss, n, tid, p_own);
-      pv_block(o, p_own, o_scale, ss, n, wg, live_rows, two_rows);
+      if (j > 0) pv_after_handoff(o, ss, n - 1, wg, warp, lane, pc.seqlen - (blk - 1) * BLOCK_N, false);
+      pv_after_handoff(o, ss, n, wg, warp, lane, pc.seqlen - blk * BLOCK_N, true);
     }
     // A last block owned by the other warpgroup: its hand-off carries the final state of the piece.
     if (n_blocks > 0 && ((block_idx + n_blocks - 1) & 1) != wg) {
       const int n = block_idx + n_blocks - 1;
       float o_scale_last[2];
-      uint32_t p_last[8];
       take_handoff_state(ss, n, row0, st, o_scale_last);
-      take_handoff_p(ss, n, tid, p_last);
-      pv_block(o, p_last, o_scale_last, ss, n, wg, live_rows, two_rows);
+      pv_after_handoff(o, ss, n, wg, warp, lane, pc.seqlen - (pc.blk_end - 1) * BLOCK_N, false);
     }
     block_idx += n_blocks;
-    store_piece(p, req, piece_split(p, row, req), m_tile, wg, warp, lane, o, st);
+    store_piece(p, ss, req, piece_split(p, row, req), m_tile, wg, warp, lane, o, st);
   }
 }
 

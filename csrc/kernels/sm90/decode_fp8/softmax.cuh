@@ -149,9 +149,9 @@ __device__ __forceinline__ void softmax_probs(float (&s)[32], const float (&k_sc
   }
 }
 
-// p8 = e4m3(p' * inv) packed into the A fragments of the two PV k-steps. Kept apart from softmax_probs: it
-// defines the A registers of a WGMMA, which must not happen while another WGMMA is in flight (ptxas would
-// serialise every WGMMA of the kernel, C7513), so the caller runs it after the previous PV retired.
+// p8 = e4m3(p' * inv) packed 4 bytes per word: word 4g + 2h + r holds row r0 + 8r, tokens
+// 32g + 16h + 2t + {0, 1, 8, 9}, which is the k order of P^T in the hand-off (exchange.cuh publish_block
+// stores each word whole).
 __device__ __forceinline__ void pack_p(const float (&s)[32], const RowState (&st)[2], uint32_t (&p)[8]) {
   // P fragments: k-step g covers columns 32g .. 32g+31; register 4g + {0, 1, 2, 3} = rows {r0, r0+8, r0, r0+8},
   // columns {32g + 2t + {0,1,8,9}, same, 32g + 16 + 2t + {0,1,8,9}, same}; accumulator chunk i = column / 8.

@@ -28,39 +28,34 @@ struct KvTraits<__nv_fp8_e4m3> {
 };
 static_assert(KvTraits<__nv_fp8_e4m3>::ELEM_BYTES == kvl::CONTENT_ELEM_BYTES, "kv_layout.h content type");
 
-// Shared memory: 225 KB of the 227 KB a CTA may hold. Swizzle-128B tiles need 1024-B alignment, the Swizzle-64B
-// V^T buffers 512 B; every member below starts on a multiple of 1024 B (the struct is 1024-aligned).
+// Shared memory (every member starts on a multiple of 1024 B; the struct is 1024-aligned):
 //   q_content   32768  (4 tiles: 64 rows x 128 B, Swizzle-128B)
 //   q_rope       8192  (64 rows x 64 bf16, Swizzle-128B)
-//   kv_content  98304  (3 stages x 4 tiles: 64 tokens x 128 B, Swizzle-128B)
-//   kv_rope     24576  (3 stages x 64 tokens x 64 bf16, Swizzle-128B; after the QK, the block's hand-off)
-//   vt          65536  (2 buffers x 512 dims x 64 tokens, K-major Swizzle-64B, tokens permuted: see producer.cuh)
-//   kv_scale      768  (3 stages x 64 fp32)
-//   barriers      152
+//   kv_content 131072  (4 stages x 4 tiles: 64 tokens x 128 B, Swizzle-128B)
+//   kv_rope     32768  (4 stages x 64 tokens x 64 bf16, Swizzle-128B; after the owner's QK, the hand-off)
+//   kv_scale     1024  (4 stages x 64 fp32)
+//   row_state    2048  (per math warpgroup, per tile row: {m, inv, L~}, read by columns in the epilogue)
+//   barriers      ~130
 struct alignas(1024) SharedStorage {
+  static constexpr int kStages = KV_STAGES, kQBufs = 1;
   uint8_t q_content[CONTENT_TILES][Q_CONTENT_TILE_BYTES];
   uint8_t q_rope[BLOCK_M * D_ROPE * 2];
   uint8_t kv_content[KV_STAGES][CONTENT_TILES][CONTENT_TILE_BYTES];
   uint8_t kv_rope[KV_STAGES][ROPE_TILE_BYTES];
-  uint8_t vt[VT_STAGES][D_V * BLOCK_N];
   float kv_scale[KV_STAGES][BLOCK_N];
-  uint64_t kv_full[KV_STAGES];   // TMA: KV_STAGE_TX_BYTES, TMA_ISSUERS arrivals (lane 0 of each producer warp)
-  uint64_t kv_empty[KV_STAGES];  // MATH_THREADS + WG_THREADS arrivals: each math warpgroup once it copied the
-                                 // block's P out of the hand-off (the owner reads its own back), the transposer
+  float4 row_state[NUM_MATH_WG][BLOCK_M];
+  uint64_t kv_full[KV_STAGES];   // TMA: KV_STAGE_TX_BYTES, one arrival (the producer thread)
+  uint64_t kv_empty[KV_STAGES];  // MATH_THREADS arrivals: each math warpgroup once its PV of the block retired
   uint64_t xchg_full[KV_STAGES]; // WG_THREADS arrivals: the owner wrote the hand-off into kv_rope (exchange.cuh)
-  // V^T barriers per buffer and per 256-row half (the half math warpgroup wg reads, written by transposer warps
-  // 2wg and 2wg + 1), so each warpgroup's PV waits only for its own half and releases it alone.
-  uint64_t vt_full[VT_STAGES][NUM_MATH_WG];   // VT_HALF_WRITERS arrivals (transposer threads, after fence.proxy.async)
-  uint64_t vt_empty[VT_STAGES][NUM_MATH_WG];  // WG_THREADS arrivals (that warpgroup's PV retired)
-  uint64_t q_full;               // TMA: q_tx_bytes(rows_per_warp), one arrival
-  uint64_t q_empty;              // MATH_THREADS arrivals (each math warpgroup's last QK of the piece retired)
+  uint64_t q_full[1];            // TMA: q_tx_bytes(rows_per_warp), one arrival
+  uint64_t q_empty[1];           // MATH_THREADS arrivals (each math warpgroup's last QK of the piece retired)
 };
 
 // Dynamic shared memory requested at launch: the struct plus slack to align the base to 1024 B.
 inline constexpr int SMEM_BYTES = static_cast<int>(sizeof(SharedStorage)) + 1024;
 static_assert(SMEM_BYTES <= 232448, "sm_90 allows 227 KB of dynamic shared memory per CTA");
 static_assert(offsetof(SharedStorage, q_rope) % 1024 == 0 && offsetof(SharedStorage, kv_content) % 1024 == 0 &&
-                  offsetof(SharedStorage, kv_rope) % 1024 == 0 && offsetof(SharedStorage, vt) % 1024 == 0,
+                  offsetof(SharedStorage, kv_rope) % 1024 == 0,
               "swizzled tiles must sit on their swizzle atom");
 
 // Kernel parameters: passed by value as a __grid_constant__ so the tensor maps live in parameter space.

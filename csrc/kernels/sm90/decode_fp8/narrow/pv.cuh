@@ -60,62 +60,70 @@ __device__ __forceinline__ void load_v_frags(uint32_t (&a)[PV_STEPS][4], uint32_
   }
 }
 
-__device__ __forceinline__ void issue_pv_wave(float (&acc)[WAVE_MT][ACC], const uint32_t (&a)[WAVE_MT][PV_STEPS][4],
+template <int N, int WMT>
+__device__ __forceinline__ void issue_pv_wave(float (&acc)[WMT][N / 2], const uint32_t (&a)[WMT][PV_STEPS][4],
                                               uint64_t pt_desc) {
 #pragma unroll
-  for (int m = 0; m < WAVE_MT; ++m) wgmma_fence_operands(acc[m]);
+  for (int m = 0; m < WMT; ++m) wgmma_fence_operands(acc[m]);
   wgmma_arrive();
 #pragma unroll
-  for (int m = 0; m < WAVE_MT; ++m) {
+  for (int m = 0; m < WMT; ++m) {
 #pragma unroll
-    for (int g = 0; g < PV_STEPS; ++g) wgmma_m64n16k32_e4m3_rs(acc[m], a[m][g], pt_desc + ((g * K_STEP_BYTES) >> 4), g > 0);
+    for (int g = 0; g < PV_STEPS; ++g)
+      wgmma_m64nNk32_e4m3_rs<N>(acc[m], a[m][g], pt_desc + ((g * K_STEP_BYTES) >> 4), g > 0);
   }
   wgmma_commit();
 }
 
 // O^T[mt] = O^T[mt] * o_scale[column] + acc; accumulator index 4i + 2rr + e is column (row of the query)
 // 8i + 2t + e, i.e. o_scale[2i + e].
-__device__ __forceinline__ void fold_tile(float (&o)[ACC], const float (&acc)[ACC], const float (&o_scale)[COLS_PER_THREAD]) {
+template <int N>
+__device__ __forceinline__ void fold_tile(float (&o)[N / 2], const float (&acc)[N / 2], const float (&o_scale)[N / 4]) {
 #pragma unroll
-  for (int k = 0; k < ACC; ++k) o[k] = fmaf(o[k], o_scale[2 * (k / 4) + k % 2], acc[k]);
+  for (int k = 0; k < N / 2; ++k) o[k] = fmaf(o[k], o_scale[2 * (k / 4) + k % 2], acc[k]);
 }
 
-// All A fragments of a block (8 m-tiles x 2 k-steps x 4 words = 64 registers), loaded right after the QK is
-// issued so that the stage can go back to the producer as soon as the QK retired (kernel.cuh).
-template <bool MASKED>
-__device__ __forceinline__ void load_v_block(uint32_t (&a)[M_TILES][PV_STEPS][4], uint32_t content, int warp, int lane,
-                                             int n_valid) {
+// The A fragments of MT m-tiles from mt0 on (MT x 2 k-steps x 4 words; the whole block, 64 registers, for the
+// narrow kernel), loaded right after the QK is issued so that the stage can go back to the producer as soon as
+// the QK retired (kernel.cuh).
+template <bool MASKED, int MT>
+__device__ __forceinline__ void load_v_block(uint32_t (&a)[MT][PV_STEPS][4], uint32_t content, int mt0, int warp,
+                                             int lane, int n_valid) {
 #pragma unroll
-  for (int mt = 0; mt < M_TILES; ++mt) load_v_frags<MASKED>(a[mt], content, mt, warp, lane, n_valid);
+  for (int m = 0; m < MT; ++m) load_v_frags<MASKED>(a[m], content, mt0 + m, warp, lane, n_valid);
   // Pin the permuted words here: left to itself the compiler sinks the PRMTs down to each WGMMA, and ptxas then
   // injects a warpgroup.arrive before every PV WGMMA (C7519) to order those register writes.
 #pragma unroll
-  for (int mt = 0; mt < M_TILES; ++mt) {
+  for (int m = 0; m < MT; ++m) {
 #pragma unroll
-    for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[mt][g]);
+    for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[m][g]);
   }
 }
 
-// PV of one block into O^T, A from registers (load_v_block), B = P^T at pt (written and fenced by store_pt).
-// Waves of WAVE_MT m-tiles; wave k + 1 is issued before wave k is folded.
-__device__ __forceinline__ void pv_block(float (&o)[M_TILES][ACC], const float (&o_scale)[COLS_PER_THREAD],
-                                         const uint32_t (&a)[M_TILES][PV_STEPS][4], uint32_t pt) {
+// PV of one block into O^T (MT m-tiles, N query rows), A from registers (load_v_block), B = P^T at pt (written
+// and fenced by store_pt). Waves of WMT m-tiles (the narrow kernel: WAVE_MT = 2; the dual kernel 1, for
+// registers); wave k + 1 is issued before wave k is folded.
+template <int N, int MT, int WMT>
+__device__ __forceinline__ void pv_block(float (&o)[MT][N / 2], const float (&o_scale)[N / 4],
+                                         const uint32_t (&a)[MT][PV_STEPS][4], uint32_t pt) {
+  constexpr int WAVES_ = MT / WMT;
+  static_assert(MT % WMT == 0, "whole waves");
+  using WaveA = const uint32_t(*)[WMT][PV_STEPS][4];
   const uint64_t pt_desc = make_smem_desc(pt, 8 * BLOCK_N, SmemSwizzle::k64B);  // 512 B per 8 rows of 64 B
-  float acc[2][WAVE_MT][ACC];
-  issue_pv_wave(acc[0], *reinterpret_cast<const uint32_t(*)[WAVE_MT][PV_STEPS][4]>(&a[0]), pt_desc);
+  float acc[2][WMT][N / 2];
+  issue_pv_wave<N, WMT>(acc[0], *reinterpret_cast<WaveA>(&a[0]), pt_desc);
 #pragma unroll
-  for (int wv = 0; wv < WAVES; ++wv) {
-    if (wv + 1 < WAVES) {
-      issue_pv_wave(acc[(wv + 1) % 2], *reinterpret_cast<const uint32_t(*)[WAVE_MT][PV_STEPS][4]>(&a[(wv + 1) * WAVE_MT]),
-                    pt_desc);
+  for (int wv = 0; wv < WAVES_; ++wv) {
+    if (wv + 1 < WAVES_) {
+      issue_pv_wave<N, WMT>(acc[(wv + 1) % 2], *reinterpret_cast<WaveA>(&a[(wv + 1) * WMT]), pt_desc);
       wgmma_wait<1>();
     } else {
       wgmma_wait<0>();
     }
 #pragma unroll
-    for (int m = 0; m < WAVE_MT; ++m) {
+    for (int m = 0; m < WMT; ++m) {
       wgmma_fence_operands(acc[wv % 2][m]);
-      fold_tile(o[wv * WAVE_MT + m], acc[wv % 2][m], o_scale);
+      fold_tile<N>(o[wv * WMT + m], acc[wv % 2][m], o_scale);
     }
   }
 }

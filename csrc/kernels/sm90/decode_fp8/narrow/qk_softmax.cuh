@@ -1,9 +1,10 @@
 // Narrow decode kernel, math warpgroup, first half of a block: S^T = K . Q^T on the tensor cores, the online
 // softmax of SnapMLA per query row (= per accumulator column), and P^T to shared memory for the PV WGMMA.
 //
-// Fragment of S^T (m64n16, wgmma.cuh): thread (warp w, lane l, r = l / 4, t = l % 4) holds tokens
-// tau_0 = 16w + r and tau_1 = tau_0 + 8 (accumulator rows) of the query rows (columns) c = 8i + 2t + e,
-// i, e in {0, 1}: s[4i + 2rr + e] = (token tau_rr, row 8i + 2t + e). Index ce = 2i + e names the thread's 4 rows.
+// Fragment of S^T (m64nN, N = 16 or 32 query rows, wgmma.cuh): thread (warp w, lane l, r = l / 4, t = l % 4)
+// holds tokens tau_0 = 16w + r and tau_1 = tau_0 + 8 (accumulator rows) of the query rows (columns)
+// c = 8i + 2t + e, i < N / 8, e in {0, 1}: s[4i + 2rr + e] = (token tau_rr, row 8i + 2t + e). Index ce = 2i + e
+// names the thread's N / 4 rows.
 // A row's 64 tokens sit in 8 lanes (same t) of each of the 4 warps: row maxima and sums take 3 xor-shuffles and
 // one exchange between the warps through shared memory (red, one named barrier of the warpgroup).
 //
@@ -33,36 +34,40 @@ struct ColState {
   float l;    // partial L~ (probability-scale domain)
 };
 
-// S^T (64 tokens x 16 rows) = K8 (64 x 512, the stage's content tiles) . Q8^T + K_rope . Q_rope^T, fp32.
-// A = the page's tiles (64 rows x 128 B, Swizzle-128B), B = the query tiles (16 rows x 128 B, Swizzle-128B);
-// k-step kk reads bytes 32 (kk % 4) of tile kk / 4 of both.
-__device__ __forceinline__ void issue_qk_t(float (&s)[ACC], const NarrowStorage& ss, int stage, int qbuf) {
+// S^T (64 tokens x N rows) = K8 (64 x 512, the stage's content tiles) . Q8^T + K_rope . Q_rope^T, fp32.
+// A = the page's tiles (64 rows x 128 B, Swizzle-128B), B = the query tiles (N rows x 128 B, Swizzle-128B, one
+// tile every q_tile_bytes); k-step kk reads bytes 32 (kk % 4) of tile kk / 4 of both.
+template <int N>
+__device__ __forceinline__ void issue_qk_t(float (&s)[N / 2], uint32_t kv_content, uint32_t kv_rope, uint32_t q_content,
+                                           uint32_t q_rope) {
   constexpr uint32_t SBO = 8 * SWIZZLE_ROW_BYTES;  // 1024 B between 8-row groups, both operands
-  const uint64_t k_desc = make_smem_desc(smem_u32(ss.kv_content[stage]), SBO, SmemSwizzle::k128B);
-  const uint64_t q_desc = make_smem_desc(smem_u32(ss.q_content[qbuf]), SBO, SmemSwizzle::k128B);
+  constexpr int Q_TILE = N * SWIZZLE_ROW_BYTES;
+  const uint64_t k_desc = make_smem_desc(kv_content, SBO, SmemSwizzle::k128B);
+  const uint64_t q_desc = make_smem_desc(q_content, SBO, SmemSwizzle::k128B);
 #pragma unroll
   for (int kk = 0; kk < QK_CONTENT_STEPS; ++kk) {
     const int in_row = (kk % STEPS_PER_SWIZZLE_ROW) * K_STEP_BYTES;
     const uint32_t k_off = ((kk / STEPS_PER_SWIZZLE_ROW) * CONTENT_TILE_BYTES + in_row) >> 4;
-    const uint32_t q_off = ((kk / STEPS_PER_SWIZZLE_ROW) * Q_TILE_BYTES + in_row) >> 4;
-    wgmma_m64n16k32_e4m3_ss(s, k_desc + k_off, q_desc + q_off, kk > 0);
+    const uint32_t q_off = ((kk / STEPS_PER_SWIZZLE_ROW) * Q_TILE + in_row) >> 4;
+    wgmma_m64nNk32_e4m3_ss<N>(s, k_desc + k_off, q_desc + q_off, kk > 0);
   }
-  const uint64_t kr_desc = make_smem_desc(smem_u32(ss.kv_rope[stage]), SBO, SmemSwizzle::k128B);
-  const uint64_t qr_desc = make_smem_desc(smem_u32(ss.q_rope[qbuf]), SBO, SmemSwizzle::k128B);
+  const uint64_t kr_desc = make_smem_desc(kv_rope, SBO, SmemSwizzle::k128B);
+  const uint64_t qr_desc = make_smem_desc(q_rope, SBO, SmemSwizzle::k128B);
 #pragma unroll
   for (int kk = 0; kk < QK_ROPE_STEPS; ++kk) {
     const uint32_t off = (kk * K_STEP_BYTES) >> 4;
-    wgmma_m64n16k16_bf16_ss(s, kr_desc + off, qr_desc + off);
+    wgmma_m64nNk16_bf16_ss<N>(s, kr_desc + off, qr_desc + off);
   }
 }
 
-// Reduction of v[ce] over the 64 tokens of each of the thread's rows: the 8 lanes of the warp with the same
-// t (xor 4, 8, 16), then the 4 warps of the warpgroup through red (4 warps x 16 rows, written by lanes 0..3).
-// Every thread of the warpgroup must call it (named barrier bar_id over 128 threads).
-template <bool MAX>
-__device__ __forceinline__ void reduce_cols(float (&v)[COLS_PER_THREAD], float* red, int warp, int lane, int bar_id) {
+// Reduction of v[ce] (C = N / 4 rows per thread) over the 64 tokens of each of the thread's rows: the 8 lanes
+// of the warp with the same t (xor 4, 8, 16), then the 4 warps of the warpgroup through red (4 warps x N rows,
+// written by lanes 0..3). Every thread of the warpgroup must call it (named barrier bar_id over 128 threads).
+template <bool MAX, int C>
+__device__ __forceinline__ void reduce_cols(float (&v)[C], float* red, int warp, int lane, int bar_id) {
+  constexpr int N = 4 * C;
 #pragma unroll
-  for (int ce = 0; ce < COLS_PER_THREAD; ++ce) {
+  for (int ce = 0; ce < C; ++ce) {
 #pragma unroll
     for (int x = 4; x < 32; x *= 2) {
       const float o = __shfl_xor_sync(0xffffffffu, v[ce], x);
@@ -71,24 +76,24 @@ __device__ __forceinline__ void reduce_cols(float (&v)[COLS_PER_THREAD], float* 
   }
   const int t = lane % 4;
   if (lane < 4) {
-    // Rows 2t, 2t + 1 (ce 0, 1) and 8 + 2t, 9 + 2t (ce 2, 3) of this warp.
-    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(smem_u32(red + ROWS * warp + 2 * t)), "f"(v[0]), "f"(v[1])
-                 : "memory");
-    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(smem_u32(red + ROWS * warp + 8 + 2 * t)), "f"(v[2]),
-                 "f"(v[3])
-                 : "memory");
+    // Rows 8i + 2t, 8i + 2t + 1 (ce 2i, 2i + 1) of this warp.
+#pragma unroll
+    for (int i = 0; i < C / 2; ++i)
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(smem_u32(red + N * warp + 8 * i + 2 * t)), "f"(v[2 * i]),
+                   "f"(v[2 * i + 1])
+                   : "memory");
   }
   named_barrier_sync(bar_id, WG_THREADS);
 #pragma unroll
-  for (int ce = 0; ce < COLS_PER_THREAD; ++ce) v[ce] = MAX ? -INFINITY : 0.f;
+  for (int ce = 0; ce < C; ++ce) v[ce] = MAX ? -INFINITY : 0.f;
 #pragma unroll
   for (int w = 0; w < MATH_WARPS_PER_WG; ++w) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < C / 2; ++i) {
       float a, b;
       asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
                    : "=f"(a), "=f"(b)
-                   : "r"(smem_u32(red + ROWS * w + 8 * i + 2 * t))
+                   : "r"(smem_u32(red + N * w + 8 * i + 2 * t))
                    : "memory");
       v[2 * i] = MAX ? fmaxf(v[2 * i], a) : v[2 * i] + a;
       v[2 * i + 1] = MAX ? fmaxf(v[2 * i + 1], b) : v[2 * i + 1] + b;
@@ -103,15 +108,15 @@ __device__ __forceinline__ void reduce_cols(float (&v)[COLS_PER_THREAD], float* 
 // masked), cs the state after the block, o_scale[ce] the factor O^T column ce takes before this block's PV.
 // MASKED = false: every row sees the whole block (no selects). A row with no visible token keeps its state
 // (o_scale 1; its p' are 0), as in the wide kernel.
-template <bool MASKED>
-__device__ __forceinline__ void softmax_cols(float (&s)[ACC], const float (&ks)[2], const float (&q_mul)[COLS_PER_THREAD],
-                                             const int (&n_vis)[COLS_PER_THREAD], ColState (&cs)[COLS_PER_THREAD],
-                                             float (&o_scale)[COLS_PER_THREAD], float* red_max, float* red_pmax,
-                                             int warp, int lane, int bar_id) {
+template <bool MASKED, int N>
+__device__ __forceinline__ void softmax_cols(float (&s)[N / 2], const float (&ks)[2], const float (&q_mul)[N / 4],
+                                             const int (&n_vis)[N / 4], ColState (&cs)[N / 4], float (&o_scale)[N / 4],
+                                             float* red_max, float* red_pmax, int warp, int lane, int bar_id) {
+  constexpr int C = N / 4;
   const int tau0 = 16 * warp + lane / 4;  // tokens tau0 (rr = 0) and tau0 + 8 (rr = 1)
-  float mx[COLS_PER_THREAD];
+  float mx[C];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < C / 2; ++i) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int ce = 2 * i + e;
@@ -128,9 +133,9 @@ __device__ __forceinline__ void softmax_cols(float (&s)[ACC], const float (&ks)[
   }
   reduce_cols<true>(mx, red_max, warp, lane, bar_id);
 
-  float m_new[COLS_PER_THREAD], e_sum[COLS_PER_THREAD], p_max[COLS_PER_THREAD];
+  float m_new[C], e_sum[C], p_max[C];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < C / 2; ++i) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int ce = 2 * i + e;
@@ -152,7 +157,7 @@ __device__ __forceinline__ void softmax_cols(float (&s)[ACC], const float (&ks)[
   }
   reduce_cols<true>(p_max, red_pmax, warp, lane, bar_id);
 #pragma unroll
-  for (int ce = 0; ce < COLS_PER_THREAD; ++ce) {
+  for (int ce = 0; ce < C; ++ce) {
     if (p_max[ce] > 0.f) {
       // P_FLOOR = 2^-60 bounds inv_new by 448 * 2^60: finite, so 0 * inv = 0 for masked tokens.
       const float inv_new = kvl::FP8_E4M3_MAX / fmaxf(p_max[ce], kvl::P_FLOOR);
@@ -173,18 +178,19 @@ __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
   return r;
 }
 
-// p8 = e4m3(p' * inv) into P^T (16 rows x 64 k positions, K-major Swizzle-64B: row c at 64 c, 16-B chunk
+// p8 = e4m3(p' * inv) into P^T (N rows x 64 k positions, K-major Swizzle-64B: row c at 64 c, 16-B chunk
 // XOR (c >> 1) & 3), then made visible to the warpgroup's PV WGMMA (async proxy fence + named barrier).
 // K positions follow pv.cuh: position 32g + 16h + 4q + j holds token 32g + 16h + 2q + {0, 1, 8, 9}[j], so the
 // thread's tokens tau0 = 16w + r and tau0 + 8 go to positions kap0 = 16w + 4 (r >> 1) + (r & 1) and kap0 + 2,
 // both in 16-B chunk w.
-__device__ __forceinline__ void store_pt(uint32_t pt,  // (16 x 64 B) Swizzle-64B, the warpgroup's P^T buffer
-                                         const float (&s)[ACC], const ColState (&cs)[COLS_PER_THREAD], int warp,
-                                         int lane, int bar_id) {
+template <int N>
+__device__ __forceinline__ void store_pt(uint32_t pt,  // (N x 64 B) Swizzle-64B, the warpgroup's P^T buffer
+                                         const float (&s)[N / 2], const ColState (&cs)[N / 4], int warp, int lane,
+                                         int bar_id) {
   const int r = lane / 4, t = lane % 4;
   const int kap0 = 4 * (r >> 1) + (r & 1);  // inside chunk `warp`
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < N / 8; ++i) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int ce = 2 * i + e;

@@ -1,0 +1,34 @@
+// Per-piece query-row constants of the narrow kernels' math threads: each thread's N / 4 rows (accumulator
+// columns c = 8i + 2t + e, qk_softmax.cuh), their logit multiplier and how many tokens each may see.
+#pragma once
+
+#include "common/params.h"
+#include "kernels/sm90/decode_fp8/config.h"
+#include "kernels/sm90/decode_fp8/schedule.cuh"
+
+namespace snapmla::sm90::decode_fp8::narrow {
+
+template <int N>
+struct PieceRows {
+  float q_mul[N / 4];  // q_scale * softmax_scale * log2 e (0 for rows past q_rows)
+  int limit[N / 4];    // visible tokens: causal query token s sees 0 .. seqlen - s_q + s
+  int limit_min;       // the fewest tokens any row sees (query token 0): blocks below it need no masking
+};
+
+template <int N>
+__device__ __forceinline__ PieceRows<N> piece_rows(const DecodeParams& p, int req, const Piece& pc, int t) {
+  PieceRows<N> pr;
+  const float q_mul_common = p.softmax_scale * LOG2E;
+#pragma unroll
+  for (int ce = 0; ce < N / 4; ++ce) {
+    const int q_row = 8 * (ce / 2) + 2 * t + ce % 2;
+    const bool valid = q_row < p.q_rows;
+    const float qs = valid ? p.q_scale[static_cast<int64_t>(req) * p.q_scale_batch_stride + q_row] : 0.f;  // (b, q_rows)
+    pr.q_mul[ce] = qs * q_mul_common;
+    pr.limit[ce] = p.causal && valid ? pc.seqlen - p.s_q + q_row / p.h_q + 1 : pc.seqlen;
+  }
+  pr.limit_min = p.causal ? pc.seqlen - p.s_q + 1 : pc.seqlen;
+  return pr;
+}
+
+}  // namespace snapmla::sm90::decode_fp8::narrow

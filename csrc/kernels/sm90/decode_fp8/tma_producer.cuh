@@ -1,0 +1,98 @@
+// TMA producer of the decode kernels (wide: kernel.cuh; narrow: narrow/kernel.cuh, narrow/dual_kernel.cuh): the
+// query tile per piece and every page, in the order the math warpgroups consume them, issued by one thread
+// that blocks on each barrier it needs (nothing else runs there). Storage: SharedStorage (traits.h) or
+// NarrowStorage / DualStorage (narrow/config.h), each with kStages and kQBufs, and an issue_query_tile overload.
+#pragma once
+
+#include "kernels/sm90/common/mbarrier.cuh"
+#include "kernels/sm90/common/tma.cuh"
+#include "kernels/sm90/decode_fp8/kernel_prologue.cuh"
+#include "kernels/sm90/decode_fp8/schedule.cuh"
+#include "kernels/sm90/decode_fp8/traits.h"
+
+namespace snapmla::sm90::decode_fp8 {
+
+// Kernel prologue of both narrow kernels, before their __syncthreads: thread 0 initialises the barriers
+// (kv_full / q_full: one arrival plus the TMA bytes; q_empty: both math warpgroups; kv_empty: kv_empty_arrivals,
+// the threads that read a stage), the producer's first thread prefetches the five tensor maps.
+template <typename Storage>
+__device__ __forceinline__ void init_pipeline(const KernelParams& kp, Storage& ss, int kv_empty_arrivals) {
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < Storage::kStages; ++i) {
+      mbarrier_init(&ss.kv_full[i], 1);
+      mbarrier_init(&ss.kv_empty[i], kv_empty_arrivals);
+    }
+#pragma unroll
+    for (int i = 0; i < Storage::kQBufs; ++i) {
+      mbarrier_init(&ss.q_full[i], 1);
+      mbarrier_init(&ss.q_empty[i], MATH_THREADS);
+    }
+    fence_barrier_init();
+  }
+  prefetch_tensor_maps(kp);
+}
+
+// Warp 0 of the producer warpgroup: lane 0 issues the query tile of each piece, then its pages, in the order
+// the math warpgroups consume them, blocking on each barrier it needs (it has nothing else to do). The page
+// ids come 32 at a time, one coalesced load per 32 blocks by the whole warp, issued a chunk ahead and handed to
+// lane 0 by shuffles: read one by one, each id's global-load latency sat between two TMA issues (small
+// batches, ~16 blocks per CTA: 10 us of 60, H200).
+// The query tile of piece `req` into buffer qbuf, on q_full[qbuf]: rows 0 .. N - 1 of the request (rows past
+// q_rows read as zeros), 4 content tiles and the RoPE tile.
+template <typename Storage>
+__device__ __forceinline__ void issue_query_tile(const KernelParams& kp, Storage& ss, int qbuf, int req) {
+  mbarrier_arrive_expect_tx(&ss.q_full[qbuf], Storage::kQTxBytes);  // narrow storages: a fixed N-row tile
+#pragma unroll
+  for (int t = 0; t < CONTENT_TILES; ++t)
+    tma_load_3d(ss.q_content[qbuf][t], &kp.tm_q_content, &ss.q_full[qbuf], t * SWIZZLE_ROW_BYTES, 0, req);
+  tma_load_3d(ss.q_rope[qbuf], &kp.tm_q_rope, &ss.q_full[qbuf], 0, 0, req);
+}
+
+template <typename Storage>
+__device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow& row) {
+  constexpr int STAGES_ = Storage::kStages, Q_BUFS_ = Storage::kQBufs;
+  const DecodeParams& p = kp.p;
+  const int lane = threadIdx.x % 32;
+  int n = 0;  // running block index
+  int piece = 0;
+  for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
+    const Piece pc = make_piece(p, row, req);
+    const int qbuf = piece % Q_BUFS_;
+    const int* bt = p.block_table + static_cast<int64_t>(req) * p.block_table_batch_stride;  // (b, max_pages)
+    // Ids of blocks blk_begin + 32 c + lane (chunk c); past blk_end nothing is read (the table may hold garbage
+    // or sentinels there, and its row may end).
+    auto chunk_ids = [&](int c) {
+      const int blk = pc.blk_begin + 32 * c + lane;
+      return blk < pc.blk_end ? bt[blk] : 0;
+    };
+    int ids = chunk_ids(0);
+    if (lane == 0) {
+      // The buffer of piece - Q_BUFS is free once both math warpgroups did their last QK of that piece.
+      if (piece >= Q_BUFS_) mbarrier_wait(&ss.q_empty[qbuf], ((piece / Q_BUFS_) - 1) & 1);
+      issue_query_tile(kp, ss, qbuf, req);  // overloaded per Storage
+    }
+    for (int c = 0; 32 * c < pc.blk_end - pc.blk_begin; ++c) {
+      const int next_ids = chunk_ids(c + 1);
+      const int in_chunk = min(32, pc.blk_end - pc.blk_begin - 32 * c);
+      for (int k = 0; k < in_chunk; ++k, ++n) {
+        const int page = __shfl_sync(0xffffffffu, ids, k);
+        if (lane == 0) {
+          const int stage = n % STAGES_;
+          if (n >= STAGES_) mbarrier_wait(&ss.kv_empty[stage], ((n / STAGES_) - 1) & 1);
+          uint64_t* bar = &ss.kv_full[stage];
+          mbarrier_arrive_expect_tx(bar, kvl::PAGE_BYTES);
+#pragma unroll
+          for (int t = 0; t < CONTENT_TILES; ++t)
+            tma_load_3d(ss.kv_content[stage][t], &kp.tm_kv_content, bar, t * SWIZZLE_ROW_BYTES, 0, page);
+          tma_load_3d(ss.kv_rope[stage], &kp.tm_kv_rope, bar, 0, 0, page);
+          tma_load_2d(ss.kv_scale[stage], &kp.tm_kv_scale, bar, 0, page);
+        }
+        __syncwarp();
+      }
+      ids = next_ids;
+    }
+  }
+}
+
+}  // namespace snapmla::sm90::decode_fp8
