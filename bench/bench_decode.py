@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from snapmla_ext import layout as L  # noqa: E402
-from snapmla_ext.decode_ops import DUAL_MAX_Q_ROWS  # noqa: E402
+from snapmla_ext.decode_ops import NARROW_MAX_Q_ROWS  # noqa: E402
 
 FP8_TFLOPS, BF16_TFLOPS = 1258.0, 679.0  # docs/anchors.md, measured matmul ceilings of the project's H200
 
@@ -135,10 +135,10 @@ def run_case(case: Case, fm, ceiling_gbps: float, H) -> H.Result:
     meta, splits = get_mla_metadata(seqlens, case.s_q * case.h_q, 1)
     fn = lambda: flash_mla_with_kvcache(q, cache, block_table, seqlens, L.D_CONTENT, meta, splits)  # noqa: E731
     us = H.time_cold(fn)
-    # q_rows <= 32 (the narrow kernels): the call above let the launcher choose (launch.h use_narrow); both kernels are also timed
+    # q_rows <= 16: the call above let the launcher choose (launch.h use_narrow); both kernels are also timed
     # forced (SNAPMLA_DECODE_KERNEL), on the same inputs in the same run, for the side-by-side ratio.
     forced = {}
-    if case.s_q * case.h_q <= DUAL_MAX_Q_ROWS:
+    if case.s_q * case.h_q <= NARROW_MAX_Q_ROWS:
         for kernel in ("narrow", "wide"):
             os.environ["SNAPMLA_DECODE_KERNEL"] = kernel
             try:

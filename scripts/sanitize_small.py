@@ -29,7 +29,6 @@ CASES = [  # (b, s_q, h_q, seqlens, causal, num_sm_parts, SNAPMLA_DECODE_KERNEL)
     # The narrow kernel (q_rows <= 16), causal, forced split, both warpgroups. Forced: shapes this small go to
     # the wide kernel by default (launch.h NARROW_MIN_BLOCKS_PER_CTA).
     (3, 2, 8, [200, 1, 0], True, 4, "narrow"),
-    (2, 2, 16, [300, 0], True, 4, "narrow"),  # q_rows 32: the dual narrow kernel
 ]
 
 

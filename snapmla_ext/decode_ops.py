@@ -30,7 +30,6 @@ from snapmla_ext.types import QuantizedQ
 BLOCK_M = 64  # query rows (s * h_q + h) per decode CTA; csrc/kernels/sm90/decode_fp8/launch.h
 # q_rows up to which the narrow kernel runs (launch.h NARROW_MAX_Q_ROWS; SNAPMLA_DECODE_KERNEL=wide overrides)
 NARROW_MAX_Q_ROWS = 16
-DUAL_MAX_Q_ROWS = 32  # ... and the dual narrow kernel (launch.h DUAL_MAX_Q_ROWS; experiment)
 SCHED_META_INTS = 8  # int32 per tile_scheduler_metadata row; csrc/kernels/sched/sched_meta.h
 CPU_PLAN_SM_COUNT = 132  # SMs assumed when planning for CPU seqlens (H100 SXM / H200): the CPU plan mirrors a GPU's
 
@@ -199,9 +198,9 @@ def flash_mla_with_kvcache(
                    arguments of FlashMLA, not supported (NotImplementedError).
     Returns out (b, s_q, h_q, 512) bfloat16 and lse (b, h_q, s_q) float32 (natural log; a row that sees no token
     gets out = 0 and lse = +inf).
-    Kernel: s_q * h_q <= 16 runs the narrow kernel (<= 32: the dual narrow kernel) when b * max_pages >= 32 *
-    num_sm_parts, else the wide one (docs/decode_kernel.md); the environment variable
-    SNAPMLA_DECODE_KERNEL=narrow|wide|auto overrides the choice.
+    Kernel: s_q * h_q <= 16 runs the narrow kernel when b * max_pages >= 32 * num_sm_parts, else the wide one
+    (docs/decode_kernel.md); the environment variable SNAPMLA_DECODE_KERNEL=narrow|wide|auto overrides the
+    choice.
     """
     unsupported = {
         "indices": indices,

@@ -12,7 +12,7 @@ import torch
 
 from snapmla_ext import layout as L
 from snapmla_ext import reference
-from snapmla_ext.decode_ops import DUAL_MAX_Q_ROWS, flash_mla_with_kvcache, get_mla_metadata
+from snapmla_ext.decode_ops import NARROW_MAX_Q_ROWS, flash_mla_with_kvcache, get_mla_metadata
 from utils.compare import cos_diff, max_abs, rel_l2
 from utils.data import make_paged_inputs
 
@@ -36,10 +36,6 @@ CASES = [
     ("narrow_h8_varlen", 4, 1, 8, [1, 63, 64, 1000], False, None),
     ("narrow_causal_sq2_h8", 2, 2, 8, [130, 64], True, None),
     ("narrow_h3_split_empty", 3, 1, 3, [2000, 0, 777], False, 30),
-    # The dual narrow kernel (16 < q_rows <= 32; also "empty_and_short_h32" above).
-    ("dual_causal_sq2_h16", 2, 2, 16, [300, 64], True, None),
-    ("dual_h24_varlen", 3, 1, 24, [130, 1, 1000], False, None),
-    ("dual_h32_split", 3, 1, 32, [2000, 0, 777], False, 30),
 ]
 
 
@@ -54,7 +50,7 @@ def _run(p, s_q, h_q, causal, parts):
 
 @pytest.mark.parametrize("name,b,s_q,h_q,seqlens,causal,parts", CASES, ids=[c[0] for c in CASES])
 def test_kernel_matches_emulation(monkeypatch, name, b, s_q, h_q, seqlens, causal, parts):
-    if s_q * h_q <= DUAL_MAX_Q_ROWS:
+    if s_q * h_q <= NARROW_MAX_Q_ROWS:
         monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "narrow")  # these sizes would go to the wide kernel
     p = make_paged_inputs(b, s_q, h_q, seqlens, seed=sum(map(ord, name)), device="cuda")
     out, lse = _run(p, s_q, h_q, causal, parts)
@@ -69,10 +65,9 @@ def test_kernel_matches_emulation(monkeypatch, name, b, s_q, h_q, seqlens, causa
     assert o_err <= O_REL_L2 and o_cos <= O_COS and lse_err <= LSE_ATOL
 
 
-@pytest.mark.parametrize("s_q,h_q,causal", [(1, 16, False), (2, 8, True), (2, 16, True), (1, 32, False)])
+@pytest.mark.parametrize("s_q,h_q,causal", [(1, 16, False), (2, 8, True)])
 def test_narrow_and_wide_kernels_agree(monkeypatch, s_q, h_q, causal):
-    """SNAPMLA_DECODE_KERNEL forces the narrow (q_rows <= 16) or dual narrow (<= 32) and the wide kernel on the
-    same inputs.
+    """SNAPMLA_DECODE_KERNEL forces the narrow (q_rows <= 16) and the wide kernel on the same inputs.
     Both compute the same P8 (p' / max p' per row and block does not depend on the block order) and differ only
     in fp32 summation order (the narrow kernel merges two warpgroups' states per piece), so they agree far
     more closely than either does with the float64 attention."""
@@ -88,9 +83,9 @@ def test_narrow_and_wide_kernels_agree(monkeypatch, s_q, h_q, causal):
     assert o_err <= 1e-3 and lse_err <= 1e-4
 
 
-@pytest.mark.parametrize("s_q,h_q", [(2, 64), (1, 16), (2, 16)], ids=["wide", "narrow", "dual"])
+@pytest.mark.parametrize("s_q,h_q", [(2, 64), (1, 16)], ids=["wide", "narrow"])
 def test_kernel_is_deterministic(monkeypatch, s_q, h_q):
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "narrow")  # only affects q_rows <= 32
+    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "narrow")  # only affects q_rows <= 16
     p = make_paged_inputs(3, s_q, h_q, [5000, 64, 777], seed=7, device="cuda")
     a = _run(p, s_q, h_q, True, 30)
     b = _run(p, s_q, h_q, True, 30)

@@ -67,16 +67,14 @@ def test_model_rejects_an_extra_arrival():
         bar.arrive(3)
 
 
-@pytest.mark.parametrize("dual", [False, True], ids=["narrow", "dual"])
-def test_narrow_kernel_protocol_completes(dual):
+def test_narrow_kernel_protocol_completes():
     # narrow/kernel.cuh: one TMA thread, 4 stages released by the block's owner, 2 query buffers, the merge's
     # two bar.syncs over both math warpgroups at the end of every piece (empty pieces included).
-    # narrow/dual_kernel.cuh: the same producer, every block read by both warpgroups, no merge.
     rng = random.Random(11)
     rows = EDGE_ROWS + [[12], [0, 13, 0], [1, 11, 2]] + [random_pieces(rng) for _ in range(300)]
     for case, row in enumerate(rows):
-        result = simulate_narrow(row, seed=case, dual=dual)
-        assert result is None, f"{'dual' if dual else 'narrow'} kernel on row {row}, interleaving {case}: {result}"
+        result = simulate_narrow(row, seed=case)
+        assert result is None, f"narrow kernel on row {row}, interleaving {case}: {result}"
 
 
 def test_model_finds_a_narrow_deadlock():

@@ -203,11 +203,10 @@ def simulate(pieces: list[int], policy: Policy, seed: int, stall_limit: int = 40
     return run_agents(agents, seed, stall_limit)
 
 
-def simulate_narrow(pieces: list[int], seed: int, release_at_piece_end: bool = False,
-                    dual: bool = False) -> Optional[str]:
-    """The narrow kernel (dual: the dual narrow kernel), as simulate. release_at_piece_end: a broken variant
-    that keeps every stage of a piece until the merge (the model must find its deadlock)."""
-    cta = NarrowCta(pieces, release_at_piece_end, dual)
+def simulate_narrow(pieces: list[int], seed: int, release_at_piece_end: bool = False) -> Optional[str]:
+    """The narrow kernel, as simulate. release_at_piece_end: a broken variant that keeps every stage of a piece
+    until the merge (the model must find its deadlock)."""
+    cta = NarrowCta(pieces, release_at_piece_end)
     agents = {f"math{wg}": cta.math(wg) for wg in range(2)}
     agents["producer"] = cta.producer()
     return run_agents(agents, seed)
@@ -307,16 +306,14 @@ class NamedBarrier:
 
 
 class NarrowCta:
-    """dual: the dual narrow kernel (narrow/dual_kernel.cuh): both math warpgroups run every block, kv_empty takes
-    both, and there is no merge barrier."""
+    """narrow/kernel.cuh: the math warpgroups run alternate blocks and merge at every piece end."""
 
-    def __init__(self, pieces: list[int], release_at_piece_end: bool = False, dual: bool = False):
-        self.pieces, self.release_at_piece_end, self.dual = pieces, release_at_piece_end, dual
+    def __init__(self, pieces: list[int], release_at_piece_end: bool = False):
+        self.pieces, self.release_at_piece_end = pieces, release_at_piece_end
         b = Barrier
         # TMA barriers: the issuer's arrive.expect_tx and the load's complete_tx count one arrival each (as Cta).
         self.kv_full = [b(f"kv_full{i}", 2) for i in range(NARROW_STAGES)]
-        readers = 2 * WG_THREADS if dual else WG_THREADS  # the block's owner, or both warpgroups
-        self.kv_empty = [b(f"kv_empty{i}", readers) for i in range(NARROW_STAGES)]
+        self.kv_empty = [b(f"kv_empty{i}", WG_THREADS) for i in range(NARROW_STAGES)]  # the block's owner
         self.q_full = [b(f"q_full{i}", 2) for i in range(NARROW_Q_BUFS)]
         self.q_empty = [b(f"q_empty{i}", 2 * WG_THREADS) for i in range(NARROW_Q_BUFS)]
         self.merge = NamedBarrier("merge", 2 * WG_THREADS)
@@ -326,8 +323,8 @@ class NarrowCta:
         for piece, nb in enumerate(self.pieces):
             qb = piece % NARROW_Q_BUFS
             yield ("wait", self.q_full[qb], (piece // NARROW_Q_BUFS) & 1)
-            first_own = 0 if self.dual or (block_idx & 1) == wg else 1
-            step = 1 if self.dual else 2
+            first_own = 0 if (block_idx & 1) == wg else 1
+            step = 2
             if first_own >= nb:
                 yield ("arrive", self.q_empty[qb], WG_THREADS)
             held = []
@@ -340,7 +337,7 @@ class NarrowCta:
                     yield ("arrive", self.kv_empty[n % NARROW_STAGES], WG_THREADS)
                 if j + step >= nb:
                     yield ("arrive", self.q_empty[qb], WG_THREADS)
-            for _ in range(0 if self.dual else 2):  # merge_and_store: publish, then protect xfer
+            for _ in range(2):  # merge_and_store: publish, then protect xfer
                 gen = yield ("bar_arrive", self.merge, WG_THREADS)
                 yield ("bar_wait", self.merge, gen)
             for n in held:

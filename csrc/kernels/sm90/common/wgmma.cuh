@@ -83,21 +83,6 @@ __device__ __forceinline__ void wgmma_m64n64k16_bf16_ss(float (&d)[32], uint64_t
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-// D(64x32, fp32) (+)= A(64x32, e4m3, registers) * B(32x32, e4m3, smem K-major)^T. accumulate = 0 overwrites D.
-__device__ __forceinline__ void wgmma_m64n32k32_e4m3_rs(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b,
-                                                        int accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %21, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-      "{%16, %17, %18, %19}, %20, p, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
-}
-
 // ---- N = 16 shapes (the narrow kernel, decode_fp8/narrow/: S^T = K . Q^T and O^T = V^T . P^T) ----
 
 // D(64x16, fp32) (+)= A(64x32, e4m3, smem K-major) * B(16x32, e4m3, smem K-major)^T.
@@ -137,47 +122,23 @@ __device__ __forceinline__ void wgmma_m64n16k32_e4m3_rs(float (&d)[8], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
-// ---- N = 32 shapes (the dual narrow kernel, decode_fp8/narrow/dual_kernel.cuh) ----
-
-// D(64x32, fp32) (+)= A(64x32, e4m3, smem K-major) * B(32x32, e4m3, smem K-major)^T.
-__device__ __forceinline__ void wgmma_m64n32k32_e4m3_ss(float (&d)[16], uint64_t desc_a, uint64_t desc_b,
-                                                        int accumulate) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-
-// D(64x32, fp32) += A(64x16, bf16, smem K-major) * B(32x16, bf16, smem K-major)^T.
-__device__ __forceinline__ void wgmma_m64n32k16_bf16_ss(float (&d)[16], uint64_t desc_a, uint64_t desc_b) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, 1, 1, 1, 0, 0;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(desc_a), "l"(desc_b));
-}
-
-// Shape dispatch by N for the narrow kernels (N = 16 or 32): S^T QK steps and the RS PV step.
+// Shape dispatch by N for the narrow kernel's S^T QK steps and RS PV step. Only N = 16 is instantiated: N = 32
+// served the dual narrow kernel (16 < q_rows <= 32), measured at 0.60x of the wide kernel and dropped
+// (docs/decode_kernel.md; branch narrow32-exp).
 template <int N>
 __device__ __forceinline__ void wgmma_m64nNk32_e4m3_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int acc) {
-  static_assert(N == 16 || N == 32, "narrow kernels use N = 16 or 32");
-  if constexpr (N == 16) wgmma_m64n16k32_e4m3_ss(d, desc_a, desc_b, acc);
-  else wgmma_m64n32k32_e4m3_ss(d, desc_a, desc_b, acc);
+  static_assert(N == 16, "the narrow kernel runs N = 16");
+  wgmma_m64n16k32_e4m3_ss(d, desc_a, desc_b, acc);
 }
 template <int N>
 __device__ __forceinline__ void wgmma_m64nNk16_bf16_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
-  if constexpr (N == 16) wgmma_m64n16k16_bf16_ss(d, desc_a, desc_b);
-  else wgmma_m64n32k16_bf16_ss(d, desc_a, desc_b);
+  static_assert(N == 16, "the narrow kernel runs N = 16");
+  wgmma_m64n16k16_bf16_ss(d, desc_a, desc_b);
 }
 template <int N>
 __device__ __forceinline__ void wgmma_m64nNk32_e4m3_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int acc) {
-  if constexpr (N == 16) wgmma_m64n16k32_e4m3_rs(d, a, desc_b, acc);
-  else wgmma_m64n32k32_e4m3_rs(d, a, desc_b, acc);
+  static_assert(N == 16, "the narrow kernel runs N = 16");
+  wgmma_m64n16k32_e4m3_rs(d, a, desc_b, acc);
 }
 
 // D(64x64, fp32) (+)= A(64x32, e4m3, registers) * B(64x32, e4m3, smem K-major)^T (the wide kernel's PV:

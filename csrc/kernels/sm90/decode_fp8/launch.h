@@ -24,10 +24,8 @@ __host__ __device__ constexpr int rows_per_warp(int q_rows) { return q_rows >= B
 // query row first + k. rpw = rows_per_warp(q_rows).
 __host__ __device__ constexpr int warp_first_q_row(int m_tile, int warp, int rpw) { return (4 * m_tile + warp) * rpw; }
 
-// Query rows up to which the narrow kernel (narrow/kernel.cuh, query rows as the WGMMA N) runs instead, and up
-// to which the dual narrow kernel (narrow/dual_kernel.cuh, N = 32; experiment) does.
+// Query rows up to which the narrow kernel (narrow/kernel.cuh, query rows as the WGMMA N) runs instead.
 inline constexpr int NARROW_MAX_Q_ROWS = 16;
-inline constexpr int DUAL_MAX_Q_ROWS = 32;
 // ... and (SNAPMLA_DECODE_KERNEL unset or "auto") the block table allows at least this many blocks per CTA
 // (instantiations/decode_fp8_e4m3.cu, use_narrow, says why).
 inline constexpr int NARROW_MIN_BLOCKS_PER_CTA = 32;
@@ -38,6 +36,5 @@ inline constexpr int NARROW_MIN_BLOCKS_PER_CTA = 32;
 // for split ones (the combine kernel runs after, see combine/launch.h).
 void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream);
 void launch_decode_fp8_narrow(const DecodeParams& params, cudaStream_t stream);
-void launch_decode_fp8_dual(const DecodeParams& params, cudaStream_t stream);
 
 }  // namespace snapmla::sm90::decode_fp8

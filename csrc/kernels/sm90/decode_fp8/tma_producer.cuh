@@ -1,7 +1,7 @@
-// TMA producer of the decode kernels (wide: kernel.cuh; narrow: narrow/kernel.cuh, narrow/dual_kernel.cuh): the
+// TMA producer of the decode kernels (wide: kernel.cuh; narrow: narrow/kernel.cuh): the
 // query tile per piece and every page, in the order the math warpgroups consume them, issued by one thread
 // that blocks on each barrier it needs (nothing else runs there). Storage: SharedStorage (traits.h) or
-// NarrowStorage / DualStorage (narrow/config.h), each with kStages and kQBufs, and an issue_query_tile overload.
+// NarrowStorage (narrow/config.h), each with kStages and kQBufs, and an issue_query_tile overload.
 #pragma once
 
 #include "kernels/sm90/common/mbarrier.cuh"

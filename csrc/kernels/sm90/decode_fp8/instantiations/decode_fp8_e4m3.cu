@@ -16,15 +16,14 @@ template __global__ void snapmla_decode_fp8_kernel<__nv_fp8_e4m3>(const __grid_c
 
 namespace {
 
-// Whether a call with q_rows <= DUAL_MAX_Q_ROWS runs a narrow kernel (the narrow one up to 16 rows, the dual one
-// up to 32). SNAPMLA_DECODE_KERNEL (read per call, so tests and
+// Which kernel runs a call with q_rows <= NARROW_MAX_Q_ROWS. SNAPMLA_DECODE_KERNEL (read per call, so tests and
 // benchmarks can switch it in one process): "narrow" or "wide" force one, unset or "auto" picks by the work per
 // CTA: the narrow kernel is 1.2-1.6x faster from ~60 blocks per CTA up (b = 64 / 128, H200) but 0.8-0.95x of the
 // wide one at b <= 16 with 8k tokens (<= 16 blocks per CTA), where per-block latency, not HBM, sets the time.
 // The host knows no sequence length (no sync), so the rule uses the bound the block table gives:
 // b * max_pages_per_req / num_sm_parts >= NARROW_MIN_BLOCKS_PER_CTA.
 bool use_narrow(const DecodeParams& p) {
-  if (p.q_rows > DUAL_MAX_Q_ROWS) return false;
+  if (p.q_rows > NARROW_MAX_Q_ROWS) return false;
   const char* v = std::getenv("SNAPMLA_DECODE_KERNEL");
   const std::string choice = v == nullptr ? "auto" : v;
   TORCH_CHECK(choice == "auto" || choice == "narrow" || choice == "wide",
@@ -41,10 +40,7 @@ void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream) {
               "launch_decode_fp8: empty problem (b = ", params.b, ", q_rows = ", params.q_rows,
               ", num_sm_parts = ", params.num_sm_parts, ", num_blocks = ", params.num_blocks, ")");
   if (use_narrow(params)) {
-    if (params.q_rows <= NARROW_MAX_Q_ROWS)
-      launch_decode_fp8_narrow(params, stream);
-    else
-      launch_decode_fp8_dual(params, stream);  // EXPERIMENT (branch narrow32-exp): not run on a GPU yet
+    launch_decode_fp8_narrow(params, stream);
     return;
   }
   const KernelParams kp = make_kernel_params(params, rows_per_warp(params.q_rows));

@@ -1,6 +1,5 @@
-// Configuration and shared-memory plans of the narrow decode kernels, where both GEMMs run with the query rows
-// as the WGMMA N dimension: the narrow kernel (q_rows <= 16, e.g. h_q = 16 at s_q = 1; narrow/kernel.cuh has the
-// design) and the dual kernel (16 < q_rows <= 32; narrow/dual_kernel.cuh).
+// Configuration and shared-memory plan of the narrow decode kernel (q_rows = s_q * h_q <= 16, e.g. h_q = 16 at
+// s_q = 1): both GEMMs run with the query rows as the WGMMA N dimension (narrow/kernel.cuh has the design).
 #pragma once
 
 #include <cstddef>
@@ -39,9 +38,10 @@ inline constexpr int N_PRODUCER_REGS = 40;
 static_assert(NUM_MATH_WG * N_MATH_REGS + N_PRODUCER_REGS <= 3 * LAUNCH_REGS, "register pool of the CTA");
 
 // Named barriers (bar.sync; 0 is __syncthreads): one per math warpgroup (its 128 threads: the column
-// reductions and the P^T hand-over to its own WGMMA), one for both (the merge at the end of a piece).
+// reductions and the P^T hand-over to its own WGMMA), two for both (the merge at the end of a piece, merge_store.cuh).
 inline constexpr int BAR_WG0 = 1;  // + wg
-inline constexpr int BAR_MERGE = 3;
+inline constexpr int BAR_MERGE_PUBLISHED = 3;  // piece end: both states and O~ halves published
+inline constexpr int BAR_MERGE_READ = 4;       // ... and read (xfer and col_state may be overwritten)
 
 // Shared memory, 1024-B aligned members first:
 //   kv_content  131072  (4 stages x 4 tiles: 64 tokens x 128 B, Swizzle-128B)
@@ -78,40 +78,5 @@ static_assert(offsetof(NarrowStorage, kv_rope) % 1024 == 0 && offsetof(NarrowSto
               "swizzled tiles must sit on their swizzle atom");
 static_assert(STAGES * kvl::PAGE_BYTES == STAGES * (CONTENT_TILES * CONTENT_TILE_BYTES + ROPE_TILE_BYTES + BLOCK_N * 4),
               "a stage is exactly one page");
-
-// ---- the dual kernel (dual_kernel.cuh): 16 < q_rows <= 32, both math warpgroups run every block ----
-inline constexpr int DUAL_ROWS = 32;
-inline constexpr int DUAL_M_TILES = M_TILES / NUM_MATH_WG;  // 4: each warpgroup's 256 dims of O^T
-inline constexpr int DUAL_Q_TX_BYTES = CONTENT_TILES * DUAL_ROWS * SWIZZLE_ROW_BYTES + DUAL_ROWS * D_ROPE * 2;  // 20480
-inline constexpr int DUAL_MATH_REGS = 232;
-inline constexpr int DUAL_PRODUCER_REGS = 40;
-
-// Shared memory of the dual kernel (1024-B aligned members first):
-//   kv_content  131072  (4 stages x 4 tiles: 64 tokens x 128 B, Swizzle-128B)
-//   kv_rope      32768  (4 stages)
-//   q_content    32768  (2 buffers x 4 tiles: 32 rows x 128 B, Swizzle-128B)
-//   q_rope        8192  (2 buffers x 32 rows x 64 bf16, Swizzle-128B)
-//   pt            4096  (per math warpgroup: its own copy of P^T, 32 rows x 64 B, Swizzle-64B)
-//   kv_scale      1024;  red 2048;  barriers 96
-struct alignas(1024) DualStorage {
-  static constexpr int kStages = STAGES, kQBufs = Q_BUFS, kQTxBytes = DUAL_Q_TX_BYTES;
-  uint8_t kv_content[STAGES][CONTENT_TILES][CONTENT_TILE_BYTES];
-  uint8_t kv_rope[STAGES][ROPE_TILE_BYTES];
-  uint8_t q_content[Q_BUFS][CONTENT_TILES][DUAL_ROWS * SWIZZLE_ROW_BYTES];
-  uint8_t q_rope[Q_BUFS][DUAL_ROWS * D_ROPE * 2];
-  uint8_t pt[NUM_MATH_WG][DUAL_ROWS * BLOCK_N];
-  float kv_scale[STAGES][BLOCK_N];
-  float red[NUM_MATH_WG][2][MATH_WARPS_PER_WG][DUAL_ROWS];
-  uint64_t kv_full[STAGES];   // TMA bytes of a page, one arrival
-  uint64_t kv_empty[STAGES];  // MATH_THREADS arrivals: both math warpgroups read every stage
-  uint64_t q_full[Q_BUFS];
-  uint64_t q_empty[Q_BUFS];   // MATH_THREADS arrivals
-};
-inline constexpr int DUAL_SMEM_BYTES = static_cast<int>(sizeof(DualStorage)) + 1024;
-static_assert(DUAL_SMEM_BYTES <= 232448, "sm_90 allows 227 KB of dynamic shared memory per CTA");
-static_assert(NUM_MATH_WG * DUAL_MATH_REGS + DUAL_PRODUCER_REGS <= 3 * LAUNCH_REGS, "register pool of the CTA");
-static_assert(offsetof(DualStorage, kv_rope) % 1024 == 0 && offsetof(DualStorage, q_content) % 1024 == 0 &&
-                  offsetof(DualStorage, q_rope) % 1024 == 0 && offsetof(DualStorage, pt) % 512 == 0,
-              "swizzled tiles must sit on their swizzle atom");
 
 }  // namespace snapmla::sm90::decode_fp8::narrow

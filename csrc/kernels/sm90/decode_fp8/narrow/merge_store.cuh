@@ -10,8 +10,12 @@
 //   split request:             o_accum[num_splits[r] + split] (fp32) = o and lse_accum = lse2 (-inf when empty).
 // Warpgroup wg keeps m-tiles 4wg .. 4wg + 3 and hands the other four to its peer through xfer (16 KB each way,
 // thread i's fragment to thread i: the same rows and dims in both warpgroups, so float4 stores and loads with
-// no permutation), between two barriers over both warpgroups (BAR_MERGE): the first publishes, the second
-// keeps the next piece's merge from overwriting xfer and col_state before they are read.
+// no permutation). Two steps, with barriers over both warpgroups between them (narrow/kernel.cuh, run_math):
+//   publish_piece_state;  bar.sync BAR_MERGE_PUBLISHED;  merge_and_store;  bar.sync BAR_MERGE_READ
+// (the second keeps the next piece's publish from overwriting xfer and col_state before they are read). The
+// barriers sit in the caller, one instruction each for both warpgroups: inside these templates each warpgroup
+// had its own copy, which compute-sanitizer synccheck reported as divergent barriers, and racecheck once
+// reported a hazard between a col_state write and the peer's read (H200, 2026-11-29).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -24,12 +28,14 @@
 namespace snapmla::sm90::decode_fp8::narrow {
 
 // WG: the calling warpgroup, a template parameter so the m-tiles it keeps and gives are register indices.
+// Step 1: the warpgroup's L~ column sums (returned in l_sum), its {m, inv, L~} into col_state[WG] and the four
+// m-tiles of O~ it gives into xfer[WG].
 template <int WG>
-__device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowStorage& ss, int req, int split, int tid,
-                                                const float (&o)[M_TILES][ACC], const ColState (&cs)[COLS_PER_THREAD]) {
+__device__ __forceinline__ void publish_piece_state(NarrowStorage& ss, int tid, const float (&o)[M_TILES][ACC],
+                                                    const ColState (&cs)[COLS_PER_THREAD],
+                                                    float (&l_sum)[COLS_PER_THREAD]) {
   constexpr int wg = WG;
-  const int warp = tid / 32, lane = tid % 32, t = lane % 4, r = lane / 4;
-  float l_sum[COLS_PER_THREAD];
+  const int warp = tid / 32, lane = tid % 32, t = lane % 4;
 #pragma unroll
   for (int ce = 0; ce < COLS_PER_THREAD; ++ce) l_sum[ce] = cs[ce].l;
   reduce_cols<false>(l_sum, &ss.red[wg][0][0][0], warp, lane, BAR_WG0 + wg);
@@ -39,7 +45,6 @@ __device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowSto
       ss.col_state[wg][8 * (ce / 2) + 2 * t + ce % 2] = make_float4(cs[ce].m, cs[ce].inv, l_sum[ce], 0.f);
   }
   constexpr int give = wg == 0 ? M_TILES / 2 : 0;  // m-tiles handed to the peer
-  constexpr int keep = M_TILES / 2 - give;
 #pragma unroll
   for (int m = 0; m < M_TILES / 2; ++m) {
 #pragma unroll
@@ -47,8 +52,16 @@ __device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowSto
       ss.xfer[wg][2 * m + k4][tid] =
           make_float4(o[give + m][4 * k4], o[give + m][4 * k4 + 1], o[give + m][4 * k4 + 2], o[give + m][4 * k4 + 3]);
   }
-  named_barrier_sync(BAR_MERGE, MATH_THREADS);
+}
 
+// Step 2 (after BAR_MERGE_PUBLISHED): the merge of the peer's state into the kept m-tiles, and the store.
+template <int WG>
+__device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowStorage& ss, int req, int split, int tid,
+                                                const float (&o)[M_TILES][ACC], const ColState (&cs)[COLS_PER_THREAD],
+                                                const float (&l_sum)[COLS_PER_THREAD]) {
+  constexpr int wg = WG;
+  const int warp = tid / 32, lane = tid % 32, t = lane % 4, r = lane / 4;
+  constexpr int keep = wg == 0 ? 0 : M_TILES / 2;  // m-tiles this warpgroup stores
   float f_own[COLS_PER_THREAD], f_peer[COLS_PER_THREAD], lse2[COLS_PER_THREAD];
   bool empty[COLS_PER_THREAD];
 #pragma unroll
@@ -112,7 +125,6 @@ __device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowSto
       }
     }
   }
-  named_barrier_sync(BAR_MERGE, MATH_THREADS);
 }
 
 }  // namespace snapmla::sm90::decode_fp8::narrow

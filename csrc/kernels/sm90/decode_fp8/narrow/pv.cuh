@@ -101,8 +101,7 @@ __device__ __forceinline__ void load_v_block(uint32_t (&a)[MT][PV_STEPS][4], uin
 }
 
 // PV of one block into O^T (MT m-tiles, N query rows), A from registers (load_v_block), B = P^T at pt (written
-// and fenced by store_pt). Waves of WMT m-tiles (the narrow kernel: WAVE_MT = 2; the dual kernel 1, for
-// registers); wave k + 1 is issued before wave k is folded.
+// and fenced by store_pt). Waves of WMT m-tiles (the narrow kernel: WAVE_MT = 2); wave k + 1 is issued before wave k is folded.
 template <int N, int MT, int WMT>
 __device__ __forceinline__ void pv_block(float (&o)[MT][N / 2], const float (&o_scale)[N / 4],
                                          const uint32_t (&a)[MT][PV_STEPS][4], uint32_t pt) {
