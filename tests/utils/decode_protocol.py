@@ -316,7 +316,8 @@ class NarrowCta:
         self.kv_empty = [b(f"kv_empty{i}", WG_THREADS) for i in range(NARROW_STAGES)]  # the block's owner
         self.q_full = [b(f"q_full{i}", 2) for i in range(NARROW_Q_BUFS)]
         self.q_empty = [b(f"q_empty{i}", 2 * WG_THREADS) for i in range(NARROW_Q_BUFS)]
-        self.merge = NamedBarrier("merge", 2 * WG_THREADS)
+        # The piece merge (merge_store.cuh): bar.sync BAR_MERGE_PUBLISHED, then bar.sync BAR_MERGE_READ.
+        self.merge = [NamedBarrier("merge_published", 2 * WG_THREADS), NamedBarrier("merge_read", 2 * WG_THREADS)]
 
     def math(self, wg: int) -> Agent:
         block_idx = 0
@@ -337,9 +338,9 @@ class NarrowCta:
                     yield ("arrive", self.kv_empty[n % NARROW_STAGES], WG_THREADS)
                 if j + step >= nb:
                     yield ("arrive", self.q_empty[qb], WG_THREADS)
-            for _ in range(2):  # merge_and_store: publish, then protect xfer
-                gen = yield ("bar_arrive", self.merge, WG_THREADS)
-                yield ("bar_wait", self.merge, gen)
+            for bar in self.merge:  # publish_piece_state; published; merge_and_store; read
+                gen = yield ("bar_arrive", bar, WG_THREADS)
+                yield ("bar_wait", bar, gen)
             for n in held:
                 yield ("arrive", self.kv_empty[n % NARROW_STAGES], WG_THREADS)
             block_idx += nb
