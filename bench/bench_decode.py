@@ -236,7 +236,8 @@ def main() -> None:
                     help="four representative shapes only (also SNAPMLA_BENCH_QUICK=1, for scripts/gpu_check.sh)")
     ap.add_argument("--plot", default=None, metavar="JSON", help="only draw the PNG of an earlier run's JSON")
     ap.add_argument("--cases", default=None, metavar="SUBSTR",
-                    help="only the cases whose name contains SUBSTR (e.g. b64_sq1_h16_sk32768, for ncu)")
+                    help="only the cases whose name contains SUBSTR, or any of a comma-separated list "
+                         "(e.g. b64_sq1_h16_sk32768 for ncu, sk8192,sk4096 for the small and short cases)")
     args = ap.parse_args()
     if args.plot:
         print(plot_speedup(args.plot))
@@ -251,7 +252,7 @@ def main() -> None:
     print(f"{'case':<34} {'us':>10} {'TFLOPS':>9} {'KV GB/s':>9} {'roof':>8}  speedup")
     cases = QUICK_CASES if args.quick else ANCHOR_CASES + SMALL_BATCH_CASES
     if args.cases:
-        cases = [c for c in ANCHOR_CASES + SMALL_BATCH_CASES if args.cases in c.name]
+        cases = [c for c in ANCHOR_CASES + SMALL_BATCH_CASES if any(s in c.name for s in args.cases.split(","))]
     results = []
     for c in cases:
         results.append(run_case(c, fm, ceiling, H))

@@ -85,7 +85,7 @@ def test_model_finds_a_narrow_deadlock():
 
 
 def test_swapab_wide_kernel_protocol_completes():
-    # Branch wide-swapab-exp: the wide kernel with one TMA thread, no transposer, stages released after PV.
+    # The wide kernel (v12): one TMA thread, no transposer, stages released after PV.
     rng = random.Random(13)
     rows = EDGE_ROWS + [[12], [0, 13, 0], [1, 11, 2]] + [random_pieces(rng) for _ in range(300)]
     for case, row in enumerate(rows):

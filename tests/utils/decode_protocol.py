@@ -1,19 +1,21 @@
-"""A model of the decode kernels' barrier protocols (csrc/kernels/sm90/decode_fp8: the wide kernel, Cta, and the
-narrow one, NarrowCta), to find deadlocks on the CPU.
+"""A model of the decode kernels' barrier protocols (csrc/kernels/sm90/decode_fp8: the wide kernel, SwapAbCta, and
+the narrow one, NarrowCta), to find deadlocks on the CPU. Cta and POLICIES model the wide kernel's earlier
+producer designs (v8-v11: a transposer warpgroup that also issued TMA; replaced by v12 on 2026-11-29). They stay
+as the model's own check: it must find the v11 deadlock that hung the GPU sweep.
 
 The kernel's roles only meet at mbarriers, so whether a CTA can hang depends on the order of waits and arrivals
 alone. This model replays that order for one CTA's schedule row (a list of pieces, each a block count, zero
 included) with agents that are Python generators yielding barrier actions, and a scheduler that runs them in a
-random interleaving: the 2 math warpgroups (mainloop.cuh run_math), the 4 producer warps (producer.cuh
-run_producer and TmaLoader) and the TMA unit (completes each issued load at a random later step). A state where
+random interleaving: the 2 math warpgroups (mainloop.cuh run_math), the producer (v8-v11: 4 warps with
+TmaLoader; v12 and the narrow kernel: one TMA thread, tma_producer.cuh) and the TMA unit (completes each issued load at a random later step). A state where
 no agent can move (or where the only moves are failed polls, for a long time) is a deadlock.
 
 Barriers follow mbarrier semantics: an arrival count per phase, a completed-phase counter c, and waits by parity
 (a wait for parity P passes when c & 1 != P), so stale-parity aliasing would show up too. What is abstracted:
 the threads of a warpgroup (or warp) move together and arrive with their thread count; compute takes no time.
 
-The narrow kernel (narrow/kernel.cuh) also meets at a named barrier (bar.sync over both math warpgroups at the
-end of each piece): NamedBarrier, with a generation count, "bar_arrive" (returns the generation it arrived in)
+The narrow kernel (narrow/kernel.cuh) also meets at two named barriers (bar.sync over both math warpgroups at
+the end of each piece): NamedBarrier, with a generation count, "bar_arrive" (returns the generation it arrived in)
 and "bar_wait" (passes once that generation completed).
 
 Producer policies of the wide kernel (Policy): which warps issue TMA, whether a warp polls its loader while it waits, and the
@@ -213,7 +215,7 @@ def simulate_narrow(pieces: list[int], seed: int, release_at_piece_end: bool = F
 
 
 def simulate_swapab(pieces: list[int], seed: int) -> Optional[str]:
-    """The wide kernel with swap-AB PV (branch wide-swapab-exp), as simulate."""
+    """The wide kernel with swap-AB PV (v12, main), as simulate."""
     cta = SwapAbCta(pieces)
     agents = {f"math{wg}": cta.math(wg) for wg in range(2)}
     agents["producer"] = cta.producer()
@@ -360,7 +362,7 @@ class NarrowCta:
                 n += 1
 
 
-# ---- the wide kernel with swap-AB PV (branch wide-swapab-exp: mainloop.cuh, tma_producer.cuh) ----
+# ---- the wide kernel with swap-AB PV (v12: mainloop.cuh, tma_producer.cuh) ----
 SWAPAB_STAGES = 4
 
 

@@ -1,5 +1,5 @@
 """Lane-by-lane emulation of the shared-memory and register layouts the decode kernels' swap-AB PV uses, for CPU
-tests of their index formulas (tests/test_narrow_layout.py, and test_swapab_layout.py on branch wide-swapab-exp).
+tests of their index formulas (tests/test_narrow_layout.py and tests/test_swapab_layout.py).
 
 Hardware semantics, as the PTX ISA defines them:
 - TMA Swizzle-128B tiles of 128-B rows: 16-B chunk index XOR row % 8;
