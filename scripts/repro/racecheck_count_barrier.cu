@@ -4,9 +4,12 @@
 // lane 0..3 of its warp 0 publish a float4 per column into state[wg] through a generic pointer, every thread
 // publishes a float4 into xfer[wg][tid]; bar.sync 3, 256; every thread reads the peer's state and xfer; bar.sync
 // 4, 256. The protocol is race-free by construction. Run:
-//   nvcc -arch=sm_90a -lineinfo -o /tmp/rc scripts/repro/racecheck_count_barrier.cu
+//   nvcc -gencode arch=compute_90a,code=sm_90a -lineinfo [-DREPRO_...] -o /tmp/rc scripts/repro/racecheck_count_barrier.cu
 //   compute-sanitizer --tool racecheck --racecheck-report hazard /tmp/rc
 // It prints the checksum; racecheck hazards on `state` here would mean the tool, not the kernel.
+// The kernel's other ingredients, one flag each (nvcc -D...): REPRO_SETMAXNREG (232 / 40 register split),
+// REPRO_PIPELINE (a producer thread feeds each piece through a full / empty mbarrier pair with a bulk async copy
+// from global memory into shared memory, which the math warpgroups wait for and read before the merge).
 #include <cstdio>
 
 __device__ __forceinline__ void bar_sync(int id, int count) {
@@ -14,6 +17,8 @@ __device__ __forceinline__ void bar_sync(int id, int count) {
 }
 
 struct Smem {
+  float4 page[2][256];   // REPRO_PIPELINE: two stages written by cp.async.bulk (4 KB each)
+  unsigned long long full[2], empty[2];
   float red[2][4][16];   // per math warpgroup, per warp: column partials
   float4 state[2][16];   // per math warpgroup, per column: {m, inv, l, 0}
   float4 xfer[2][128];   // per math warpgroup, per thread
@@ -42,12 +47,71 @@ __device__ __forceinline__ float merge(const Smem& ss, int tid) {
   return peer.x + peer.y + peer.z + px.x + px.y;
 }
 
-__global__ void __launch_bounds__(384, 1) merge_pattern(int pieces, float* out) {
-  __shared__ Smem ss;
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(unsigned long long* b, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned long long* b) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* b, int bytes) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}" ::"r"(smem_u32(b)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long* b, int parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nW: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra W;\n}" ::"r"(smem_u32(b)),
+      "r"(parity)
+      : "memory");
+}
+
+__global__ void __launch_bounds__(384, 1) merge_pattern(int pieces, const float4* src, float* out) {
+  __shared__ __align__(128) Smem ss;
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
-  if (wg == 2) return;  // the producer warpgroup's warps exit (the TMA thread's work is not modelled)
+#ifdef REPRO_PIPELINE
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 2; ++i) {
+      mbar_init(&ss.full[i], 1);
+      mbar_init(&ss.empty[i], 256);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+#endif
+  if (wg == 2) {
+#ifdef REPRO_SETMAXNREG
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+#endif
+#ifdef REPRO_PIPELINE
+    if (threadIdx.x == 256) {  // the TMA thread: one 4 KB bulk copy per piece into stage piece % 2
+      for (int piece = 0; piece < pieces; ++piece) {
+        const int st = piece % 2;
+        if (piece >= 2) mbar_wait(&ss.empty[st], ((piece / 2) - 1) & 1);
+        mbar_expect_tx(&ss.full[st], 4096);
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 4096, [%2];" ::"r"(
+                smem_u32(ss.page[st])),
+            "l"(src + 256 * piece), "r"(smem_u32(&ss.full[st]))
+            : "memory");
+      }
+    }
+#endif
+    return;  // the producer warpgroup's other warps exit at once, as in the kernel
+  }
+#ifdef REPRO_SETMAXNREG
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+#endif
   float acc = 0.f;
   for (int piece = 0; piece < pieces; ++piece) {
+#ifdef REPRO_PIPELINE
+    const int st = piece % 2;
+    mbar_wait(&ss.full[st], (piece / 2) & 1);
+    acc += ss.page[st][tid].x + ss.page[st][128 + tid].y;
+    mbar_arrive(&ss.empty[st]);
+#endif
     // Uneven work before the merge, as alternate blocks give: the warpgroup of the piece's parity is late.
     if (wg == piece % 2) {
       const long long t0 = clock64();
@@ -69,8 +133,11 @@ __global__ void __launch_bounds__(384, 1) merge_pattern(int pieces, float* out) 
 
 int main() {
   float* out;
+  float4* src;
   cudaMalloc(&out, 384 * sizeof(float));
-  for (int rep = 0; rep < 4; ++rep) merge_pattern<<<132, 384>>>(5, out);
+  cudaMalloc(&src, 5 * 4096);
+  cudaMemset(src, 0, 5 * 4096);
+  for (int rep = 0; rep < 4; ++rep) merge_pattern<<<132, 384>>>(5, src, out);
   float h[384];
   cudaMemcpy(h, out, sizeof(h), cudaMemcpyDeviceToHost);
   double s = 0;
