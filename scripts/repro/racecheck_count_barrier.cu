@@ -9,7 +9,10 @@
 // It prints the checksum; racecheck hazards on `state` here would mean the tool, not the kernel.
 // The kernel's other ingredients, one flag each (nvcc -D...): REPRO_SETMAXNREG (232 / 40 register split),
 // REPRO_PIPELINE (a producer thread feeds each piece through a full / empty mbarrier pair with a bulk async copy
-// from global memory into shared memory, which the math warpgroups wait for and read before the merge).
+// from global memory into shared memory, which the math warpgroups wait for and read before the merge),
+// REPRO_GENERIC (dynamic shared memory aligned to 1024 B by integer arithmetic, as kernel_prologue.cuh
+// aligned_storage does: the compiler loses the address space and emits generic ST.E / LD.E, as in the kernel).
+#include <cstdint>
 #include <cstdio>
 
 __device__ __forceinline__ void bar_sync(int id, int count) {
@@ -69,7 +72,12 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* b, int parity) {
 }
 
 __global__ void __launch_bounds__(384, 1) merge_pattern(int pieces, const float4* src, float* out) {
+#ifdef REPRO_GENERIC
+  extern __shared__ unsigned char smem_raw[];
+  Smem& ss = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+#else
   __shared__ __align__(128) Smem ss;
+#endif
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
 #ifdef REPRO_PIPELINE
   if (threadIdx.x == 0) {
@@ -137,7 +145,12 @@ int main() {
   cudaMalloc(&out, 384 * sizeof(float));
   cudaMalloc(&src, 5 * 4096);
   cudaMemset(src, 0, 5 * 4096);
-  for (int rep = 0; rep < 4; ++rep) merge_pattern<<<132, 384>>>(5, src, out);
+#ifdef REPRO_GENERIC
+  const int smem = sizeof(Smem) + 1024;
+#else
+  const int smem = 0;
+#endif
+  for (int rep = 0; rep < 4; ++rep) merge_pattern<<<132, 384, smem>>>(5, src, out);
   float h[384];
   cudaMemcpy(h, out, sizeof(h), cudaMemcpyDeviceToHost);
   double s = 0;
