@@ -11,7 +11,9 @@
 // REPRO_PIPELINE (a producer thread feeds each piece through a full / empty mbarrier pair with a bulk async copy
 // from global memory into shared memory, which the math warpgroups wait for and read before the merge),
 // REPRO_GENERIC (dynamic shared memory aligned to 1024 B by integer arithmetic, as kernel_prologue.cuh
-// aligned_storage does: the compiler loses the address space and emits generic ST.E / LD.E, as in the kernel).
+// aligned_storage does: the compiler loses the address space and emits generic ST.E / LD.E, as in the kernel),
+// REPRO_OWN_BLOCKS (between merges each warpgroup runs its own blocks: a different number of 128-thread
+// barrier generations per warpgroup, with the barrier id in a register, as narrow/kernel.cuh own_block).
 #include <cstdint>
 #include <cstdio>
 
@@ -25,6 +27,7 @@ struct Smem {
   float red[2][4][16];   // per math warpgroup, per warp: column partials
   float4 state[2][16];   // per math warpgroup, per column: {m, inv, l, 0}
   float4 xfer[2][128];   // per math warpgroup, per thread
+  float pt[2][128];      // REPRO_OWN_BLOCKS: per math warpgroup, a block's hand-over between its warps
 };
 
 // Per-warpgroup templates with the barriers in the caller, as narrow/merge_store.cuh and narrow/kernel.cuh.
@@ -126,6 +129,21 @@ __global__ void __launch_bounds__(384, 1) merge_pattern(int pieces, const float4
       while (clock64() - t0 < 20000) {
       }
     }
+#ifdef REPRO_OWN_BLOCKS
+    {
+      // Alternate blocks: warpgroup wg owns blocks j of the piece with j % 2 == wg; 1 + 2 * (piece % 3) blocks.
+      const int bar_id = 1 + (threadIdx.x >> 7);  // from a register, not an immediate
+      int bar_reg;
+      asm volatile("mov.b32 %0, %1;" : "=r"(bar_reg) : "r"(bar_id));
+      const int blocks = 1 + 2 * (piece % 3);
+      for (int j = wg; j < blocks; j += 2) {
+        ss.pt[wg][tid] = static_cast<float>(j + tid);
+        bar_sync(bar_reg, 128);
+        acc += ss.pt[wg][(tid + 32) % 128];
+        bar_sync(bar_reg, 128);
+      }
+    }
+#endif
     const float v = static_cast<float>(piece * 1000 + wg * 100 + tid);
     float sum;
     if (wg == 0)
