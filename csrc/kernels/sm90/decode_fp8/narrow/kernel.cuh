@@ -120,15 +120,15 @@ __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, const SchedR
     // the per-warpgroup templates (tests/test_sass.py checks there is one of each).
     float l_sum[COLS_PER_THREAD];
     if (wg == 0)
-      publish_piece_state<0>(ss, tid, o, cs, l_sum);
+      publish_piece_state<0>(ss, tid, piece, o, cs, l_sum);
     else
-      publish_piece_state<1>(ss, tid, o, cs, l_sum);
+      publish_piece_state<1>(ss, tid, piece, o, cs, l_sum);
     named_barrier_sync(BAR_MERGE_PUBLISHED, MATH_THREADS);
     const int split = piece_split(p, row, req);
     if (wg == 0)
-      merge_and_store<0>(p, ss, req, split, tid, o, cs, l_sum);
+      merge_and_store<0>(p, ss, req, split, tid, piece, o, cs, l_sum);
     else
-      merge_and_store<1>(p, ss, req, split, tid, o, cs, l_sum);
+      merge_and_store<1>(p, ss, req, split, tid, piece, o, cs, l_sum);
     named_barrier_sync(BAR_MERGE_READ, MATH_THREADS);
   }
 }

@@ -16,6 +16,9 @@
 // barriers sit in the caller, one instruction each for both warpgroups: inside these templates each warpgroup
 // had its own copy, which compute-sanitizer synccheck reported as divergent barriers, and racecheck once
 // reported a hazard between a col_state write and the peer's read (H200, 2026-11-29).
+// Debug build -DSNAPMLA_DEBUG_MERGE_TAG (docs/decode_kernel.md, racecheck): col_state's unused .w carries the
+// CTA's running piece number, the peer traps if it reads another piece's state, and thread 0 sleeps 2 us before
+// its store to widen any window. A real ordering problem then fails the GPU tests loudly.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,8 +33,16 @@ namespace snapmla::sm90::decode_fp8::narrow {
 // WG: the calling warpgroup, a template parameter so the m-tiles it keeps and gives are register indices.
 // Step 1: the warpgroup's L~ column sums (returned in l_sum), its {m, inv, L~} into col_state[WG] and the four
 // m-tiles of O~ it gives into xfer[WG].
+#ifdef SNAPMLA_DEBUG_MERGE_TAG
+inline constexpr bool DEBUG_MERGE_TAG = true;
+#else
+inline constexpr bool DEBUG_MERGE_TAG = false;
+#endif
+
+// piece: the CTA's running piece index (only the debug tag uses it).
 template <int WG>
-__device__ __forceinline__ void publish_piece_state(NarrowStorage& ss, int tid, const float (&o)[M_TILES][ACC],
+__device__ __forceinline__ void publish_piece_state(NarrowStorage& ss, int tid, int piece,
+                                                    const float (&o)[M_TILES][ACC],
                                                     const ColState (&cs)[COLS_PER_THREAD],
                                                     float (&l_sum)[COLS_PER_THREAD]) {
   constexpr int wg = WG;
@@ -40,9 +51,11 @@ __device__ __forceinline__ void publish_piece_state(NarrowStorage& ss, int tid, 
   for (int ce = 0; ce < COLS_PER_THREAD; ++ce) l_sum[ce] = cs[ce].l;
   reduce_cols<false>(l_sum, &ss.red[wg][0][0][0], warp, lane, BAR_WG0 + wg);
   if (warp == 0 && lane < 4) {
+    if (DEBUG_MERGE_TAG && lane == 0) __nanosleep(2000);
+    const float tag = DEBUG_MERGE_TAG ? __int_as_float(piece + 1) : 0.f;
 #pragma unroll
     for (int ce = 0; ce < COLS_PER_THREAD; ++ce)
-      ss.col_state[wg][8 * (ce / 2) + 2 * t + ce % 2] = make_float4(cs[ce].m, cs[ce].inv, l_sum[ce], 0.f);
+      ss.col_state[wg][8 * (ce / 2) + 2 * t + ce % 2] = make_float4(cs[ce].m, cs[ce].inv, l_sum[ce], tag);
   }
   constexpr int give = wg == 0 ? M_TILES / 2 : 0;  // m-tiles handed to the peer
 #pragma unroll
@@ -57,7 +70,8 @@ __device__ __forceinline__ void publish_piece_state(NarrowStorage& ss, int tid, 
 // Step 2 (after BAR_MERGE_PUBLISHED): the merge of the peer's state into the kept m-tiles, and the store.
 template <int WG>
 __device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowStorage& ss, int req, int split, int tid,
-                                                const float (&o)[M_TILES][ACC], const ColState (&cs)[COLS_PER_THREAD],
+                                                int piece, const float (&o)[M_TILES][ACC],
+                                                const ColState (&cs)[COLS_PER_THREAD],
                                                 const float (&l_sum)[COLS_PER_THREAD]) {
   constexpr int wg = WG;
   const int warp = tid / 32, lane = tid % 32, t = lane % 4, r = lane / 4;
@@ -68,6 +82,7 @@ __device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowSto
   for (int ce = 0; ce < COLS_PER_THREAD; ++ce) {
     const int c = 8 * (ce / 2) + 2 * t + ce % 2;
     const float4 peer = ss.col_state[wg ^ 1][c];
+    if (DEBUG_MERGE_TAG && __float_as_int(peer.w) != piece + 1) __trap();  // another piece's state
     const float m = fmaxf(cs[ce].m, peer.x);
     empty[ce] = m == -INFINITY;
     const float w_own = cs[ce].m == -INFINITY ? 0.f : exp2f(cs[ce].m - m) / cs[ce].inv;
