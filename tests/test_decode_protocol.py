@@ -67,14 +67,18 @@ def test_model_rejects_an_extra_arrival():
         bar.arrive(3)
 
 
-def test_narrow_kernel_protocol_completes():
+@pytest.mark.parametrize("kernel", ["narrow", "wide_v12"])
+def test_one_thread_producer_kernels_complete(kernel):
     # narrow/kernel.cuh: one TMA thread, 4 stages released by the block's owner, 2 query buffers, the merge's
     # two bar.syncs over both math warpgroups at the end of every piece (empty pieces included).
-    rng = random.Random(11)
+    # The wide kernel v12: the same producer with one query buffer, the P^T hand-off, stages released by both
+    # warpgroups after their PV.
+    simulate_kernel = {"narrow": simulate_narrow, "wide_v12": simulate_swapab}[kernel]
+    rng = random.Random(11 if kernel == "narrow" else 13)
     rows = EDGE_ROWS + [[12], [0, 13, 0], [1, 11, 2]] + [random_pieces(rng) for _ in range(300)]
     for case, row in enumerate(rows):
-        result = simulate_narrow(row, seed=case)
-        assert result is None, f"narrow kernel on row {row}, interleaving {case}: {result}"
+        result = simulate_kernel(row, seed=case)
+        assert result is None, f"{kernel} kernel on row {row}, interleaving {case}: {result}"
 
 
 def test_model_finds_a_narrow_deadlock():
@@ -82,12 +86,3 @@ def test_model_finds_a_narrow_deadlock():
     # stage the warpgroup keeps while that warpgroup waits for a page the producer cannot load.
     found = [simulate_narrow([9], seed, release_at_piece_end=True) for seed in range(20)]
     assert all(r is not None and "kv_" in r for r in found), found[:3]
-
-
-def test_swapab_wide_kernel_protocol_completes():
-    # The wide kernel (v12): one TMA thread, no transposer, stages released after PV.
-    rng = random.Random(13)
-    rows = EDGE_ROWS + [[12], [0, 13, 0], [1, 11, 2]] + [random_pieces(rng) for _ in range(300)]
-    for case, row in enumerate(rows):
-        result = simulate_swapab(row, seed=case)
-        assert result is None, f"swap-AB wide kernel on row {row}, interleaving {case}: {result}"

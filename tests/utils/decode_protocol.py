@@ -287,6 +287,26 @@ def random_pieces(rng: random.Random) -> list[int]:
     return [rng.choice([0, 0, 1, 1, 2, 3, 5, 9]) for _ in range(rng.randint(1, 8))]
 
 
+# ---- the one-thread TMA producer of the narrow kernel and the wide kernel v12 (tma_producer.cuh) ----
+def tma_producer(pieces: list[int], q_full: list[Barrier], q_empty: list[Barrier], kv_full: list[Barrier],
+                 kv_empty: list[Barrier]) -> Agent:
+    """run_producer: per piece the query tile into buffer piece % len(q_full) (once the math warpgroups freed
+    it), then each block's page into stage n % len(kv_full) (once its previous page was consumed)."""
+    q_bufs, stages = len(q_full), len(kv_full)
+    n = 0  # running block index
+    for piece, nb in enumerate(pieces):
+        qb = piece % q_bufs
+        if piece >= q_bufs:
+            yield ("wait", q_empty[qb], ((piece // q_bufs) - 1) & 1)
+        yield ("tma", q_full[qb])
+        for _ in range(nb):
+            stage = n % stages
+            if n >= stages:
+                yield ("wait", kv_empty[stage], ((n // stages) - 1) & 1)
+            yield ("tma", kv_full[stage])
+            n += 1
+
+
 # ---- the narrow kernel (narrow/kernel.cuh, narrow/merge_store.cuh) ----
 NARROW_STAGES = 4
 NARROW_Q_BUFS = 2
@@ -327,18 +347,17 @@ class NarrowCta:
             qb = piece % NARROW_Q_BUFS
             yield ("wait", self.q_full[qb], (piece // NARROW_Q_BUFS) & 1)
             first_own = 0 if (block_idx & 1) == wg else 1
-            step = 2
             if first_own >= nb:
                 yield ("arrive", self.q_empty[qb], WG_THREADS)
             held = []
-            for j in range(first_own, nb, step):
+            for j in range(first_own, nb, 2):
                 n = block_idx + j
                 yield ("wait", self.kv_full[n % NARROW_STAGES], (n // NARROW_STAGES) & 1)  # QK, V^T fragments
                 if self.release_at_piece_end:
                     held.append(n)
                 else:
                     yield ("arrive", self.kv_empty[n % NARROW_STAGES], WG_THREADS)
-                if j + step >= nb:
+                if j + 2 >= nb:
                     yield ("arrive", self.q_empty[qb], WG_THREADS)
             for bar in self.merge:  # publish_piece_state; published; merge_and_store; read
                 gen = yield ("bar_arrive", bar, WG_THREADS)
@@ -348,18 +367,7 @@ class NarrowCta:
             block_idx += nb
 
     def producer(self) -> Agent:
-        n = 0
-        for piece, nb in enumerate(self.pieces):
-            qb = piece % NARROW_Q_BUFS
-            if piece >= NARROW_Q_BUFS:
-                yield ("wait", self.q_empty[qb], ((piece // NARROW_Q_BUFS) - 1) & 1)
-            yield ("tma", self.q_full[qb])
-            for _ in range(nb):
-                stage = n % NARROW_STAGES
-                if n >= NARROW_STAGES:
-                    yield ("wait", self.kv_empty[stage], ((n // NARROW_STAGES) - 1) & 1)
-                yield ("tma", self.kv_full[stage])
-                n += 1
+        return tma_producer(self.pieces, self.q_full, self.q_empty, self.kv_full, self.kv_empty)
 
 
 # ---- the wide kernel with swap-AB PV (v12: mainloop.cuh, tma_producer.cuh) ----
@@ -376,8 +384,8 @@ class SwapAbCta:
         self.kv_full = [b(f"kv_full{i}", 2) for i in range(SWAPAB_STAGES)]
         self.kv_empty = [b(f"kv_empty{i}", 2 * WG_THREADS) for i in range(SWAPAB_STAGES)]
         self.xchg_full = [b(f"xchg_full{i}", WG_THREADS) for i in range(SWAPAB_STAGES)]
-        self.q_full = b("q_full", 2)
-        self.q_empty = b("q_empty", 2 * WG_THREADS)
+        self.q_full = [b("q_full", 2)]
+        self.q_empty = [b("q_empty", 2 * WG_THREADS)]
 
     def stage(self, n: int) -> tuple[int, int]:
         return n % SWAPAB_STAGES, (n // SWAPAB_STAGES) & 1
@@ -385,16 +393,16 @@ class SwapAbCta:
     def math(self, wg: int) -> Agent:
         block_idx = 0
         for piece, nb in enumerate(self.pieces):
-            yield ("wait", self.q_full, piece & 1)
+            yield ("wait", self.q_full[0], piece & 1)
             first_own = 0 if (block_idx & 1) == wg else 1
             if first_own >= nb:
-                yield ("arrive", self.q_empty, WG_THREADS)
+                yield ("arrive", self.q_empty[0], WG_THREADS)
             for j in range(first_own, nb, 2):
                 n = block_idx + j
                 st, ph = self.stage(n)
                 yield ("wait", self.kv_full[st], ph)  # QK
                 if j + 2 >= nb:
-                    yield ("arrive", self.q_empty, WG_THREADS)
+                    yield ("arrive", self.q_empty[0], WG_THREADS)
                 if j > 0:
                     yield ("wait", self.xchg_full[self.stage(n - 1)[0]], self.stage(n - 1)[1])
                 yield ("arrive", self.xchg_full[st], WG_THREADS)  # publish
@@ -409,14 +417,4 @@ class SwapAbCta:
             block_idx += nb
 
     def producer(self) -> Agent:
-        n = 0
-        for piece, nb in enumerate(self.pieces):
-            if piece >= 1:
-                yield ("wait", self.q_empty, (piece - 1) & 1)
-            yield ("tma", self.q_full)
-            for _ in range(nb):
-                st = n % SWAPAB_STAGES
-                if n >= SWAPAB_STAGES:
-                    yield ("wait", self.kv_empty[st], ((n // SWAPAB_STAGES) - 1) & 1)
-                yield ("tma", self.kv_full[st])
-                n += 1
+        return tma_producer(self.pieces, self.q_full, self.q_empty, self.kv_full, self.kv_empty)
