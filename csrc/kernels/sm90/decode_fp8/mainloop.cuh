@@ -153,7 +153,6 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
   const int t = lane % 4;
   const int row0 = 16 * warp + lane / 4;
   const int m_tile = blockIdx.x;
-  const float q_mul_common = p.softmax_scale * LOG2E;
   // Query rows of this warp: launch.h rows_per_warp. Warp-uniform: live_rows (any of them is a real query row:
   // at h_q = 16 every warp holds 4) and two_rows (the thread's second rows r0 + 8 are real rows too).
   const int rpw = rows_per_warp(p.q_rows);
@@ -171,9 +170,8 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
     for (int r = 0; r < 2; ++r) {
       const int q_row = warp_q_row0 + lane / 4 + 8 * r;
       const bool valid = lane / 4 + 8 * r < rpw && q_row < p.q_rows;
-      const float qs = valid ? p.q_scale[static_cast<int64_t>(req) * p.q_scale_batch_stride + q_row] : 0.f;  // (b, q_rows)
-      q_mul[r] = qs * q_mul_common;
-      limit[r] = p.causal && valid ? pc.seqlen - p.s_q + q_row / p.h_q + 1 : pc.seqlen;
+      q_mul[r] = row_logit_multiplier(p, req, q_row, valid);
+      limit[r] = row_visible_tokens(p, pc.seqlen, q_row, valid);
     }
     RowState st[2] = {{-INFINITY, 1.f, 0.f}, {-INFINITY, 1.f, 0.f}};
     float o[PV_M_TILES][32];

@@ -18,16 +18,14 @@ struct PieceRows {
 template <int N>
 __device__ __forceinline__ PieceRows<N> piece_rows(const DecodeParams& p, int req, const Piece& pc, int t) {
   PieceRows<N> pr;
-  const float q_mul_common = p.softmax_scale * LOG2E;
 #pragma unroll
   for (int ce = 0; ce < N / 4; ++ce) {
     const int q_row = 8 * (ce / 2) + 2 * t + ce % 2;
     const bool valid = q_row < p.q_rows;
-    const float qs = valid ? p.q_scale[static_cast<int64_t>(req) * p.q_scale_batch_stride + q_row] : 0.f;  // (b, q_rows)
-    pr.q_mul[ce] = qs * q_mul_common;
-    pr.limit[ce] = p.causal && valid ? pc.seqlen - p.s_q + q_row / p.h_q + 1 : pc.seqlen;
+    pr.q_mul[ce] = row_logit_multiplier(p, req, q_row, valid);
+    pr.limit[ce] = row_visible_tokens(p, pc.seqlen, q_row, valid);
   }
-  pr.limit_min = p.causal ? pc.seqlen - p.s_q + 1 : pc.seqlen;
+  pr.limit_min = row_visible_tokens(p, pc.seqlen, 0, true);
   return pr;
 }
 
