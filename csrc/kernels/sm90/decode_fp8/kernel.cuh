@@ -63,16 +63,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_kernel(cons
   init_pipeline(kp, ss, MATH_THREADS);  // kv_empty: both math warpgroups, after their PV of the block
   __syncthreads();
 
-  // The schedule row is read after the role split: values live across setmaxnreg would be spilled. A CTA
-  // column with no work (BEGIN_REQ > END_REQ) runs both roles through empty loops.
-  const int wg = threadIdx.x / WG_THREADS;
-  if (wg == PRODUCER_WG) {
-    setmaxnreg_dec<PRODUCER_REGS>();
-    if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<SharedStorage>(kp, ss, load_sched_row(kp.p));
-  } else {
-    setmaxnreg_inc<MATH_REGS>();
-    run_math(kp, ss, load_sched_row(kp.p), wg);
-  }
+  split_roles<PRODUCER_REGS, MATH_REGS>(kp, ss, [&](const SchedRow& row, int wg) { run_math(kp, ss, row, wg); });
 }
 
 }  // namespace snapmla::sm90::decode_fp8

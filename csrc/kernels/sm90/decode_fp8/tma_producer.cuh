@@ -1,4 +1,4 @@
-// TMA producer of the decode kernels (wide: kernel.cuh; narrow: narrow/kernel.cuh): the
+// TMA producer of the decode kernels and their role split (wide: kernel.cuh; narrow: narrow/kernel.cuh): the
 // query tile per piece and every page, in the order the math warpgroups consume them, issued by one thread
 // that blocks on each barrier it needs (nothing else runs there). Storage: SharedStorage (traits.h) or
 // NarrowStorage (narrow/config.h), each with kStages and kQBufs, and an issue_query_tile overload.
@@ -92,6 +92,22 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
       }
       ids = next_ids;
     }
+  }
+}
+
+// The role split of both decode kernels, after their prologue's __syncthreads: the producer warpgroup gives
+// registers back and its first warp runs run_producer; the math warpgroups take PRODUCER's share and run
+// run_math(wg) (a callable). The schedule row is read after the split: values live across setmaxnreg would be
+// spilled. A CTA with no work (BEGIN_REQ > END_REQ) runs both roles through empty loops.
+template <int PRODUCER_REGS_, int MATH_REGS_, typename Storage, typename RunMath>
+__device__ __forceinline__ void split_roles(const KernelParams& kp, Storage& ss, RunMath&& run_math) {
+  const int wg = threadIdx.x / WG_THREADS;
+  if (wg == PRODUCER_WG) {
+    setmaxnreg_dec<PRODUCER_REGS_>();
+    if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<Storage>(kp, ss, load_sched_row(kp.p));
+  } else {
+    setmaxnreg_inc<MATH_REGS_>();
+    run_math(load_sched_row(kp.p), wg);
   }
 }
 

@@ -142,15 +142,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_narrow_kern
   init_pipeline(kp, ss, WG_THREADS);  // kv_empty: the block owner
   __syncthreads();
 
-  // The schedule row is read after the role split: values live across setmaxnreg would be spilled.
-  const int wg = threadIdx.x / WG_THREADS;
-  if (wg == PRODUCER_WG) {
-    setmaxnreg_dec<N_PRODUCER_REGS>();
-    if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<NarrowStorage>(kp, ss, load_sched_row(kp.p));
-  } else {
-    setmaxnreg_inc<N_MATH_REGS>();
-    run_math(kp, ss, load_sched_row(kp.p), wg);
-  }
+  split_roles<N_PRODUCER_REGS, N_MATH_REGS>(kp, ss, [&](const SchedRow& row, int wg) { run_math(kp, ss, row, wg); });
 }
 
 }  // namespace snapmla::sm90::decode_fp8::narrow
