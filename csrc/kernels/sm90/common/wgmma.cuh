@@ -122,25 +122,6 @@ __device__ __forceinline__ void wgmma_m64n16k32_e4m3_rs(float (&d)[8], const uin
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
-// Shape dispatch by N for the narrow kernel's S^T QK steps and RS PV step. Only N = 16 is instantiated: N = 32
-// served the dual narrow kernel (16 < q_rows <= 32), measured at 0.60x of the wide kernel and dropped
-// (docs/decode_kernel.md; branch narrow32-exp).
-template <int N>
-__device__ __forceinline__ void wgmma_m64nNk32_e4m3_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int acc) {
-  static_assert(N == 16, "the narrow kernel runs N = 16");
-  wgmma_m64n16k32_e4m3_ss(d, desc_a, desc_b, acc);
-}
-template <int N>
-__device__ __forceinline__ void wgmma_m64nNk16_bf16_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
-  static_assert(N == 16, "the narrow kernel runs N = 16");
-  wgmma_m64n16k16_bf16_ss(d, desc_a, desc_b);
-}
-template <int N>
-__device__ __forceinline__ void wgmma_m64nNk32_e4m3_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int acc) {
-  static_assert(N == 16, "the narrow kernel runs N = 16");
-  wgmma_m64n16k32_e4m3_rs(d, a, desc_b, acc);
-}
-
 // D(64x64, fp32) (+)= A(64x32, e4m3, registers) * B(64x32, e4m3, smem K-major)^T (the wide kernel's PV:
 // O^T = V^T . P^T, A = V^T from ldmatrix.trans, B = P^T).
 __device__ __forceinline__ void wgmma_m64n64k32_e4m3_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b,

@@ -12,7 +12,7 @@
 
 namespace snapmla::sm90::decode_fp8 {
 
-// Kernel prologue of both narrow kernels, before their __syncthreads: thread 0 initialises the barriers
+// Kernel prologue of both decode kernels, before their __syncthreads: thread 0 initialises the barriers
 // (kv_full / q_full: one arrival plus the TMA bytes; q_empty: both math warpgroups; kv_empty: kv_empty_arrivals,
 // the threads that read a stage), the producer's first thread prefetches the five tensor maps.
 template <typename Storage>
@@ -33,22 +33,22 @@ __device__ __forceinline__ void init_pipeline(const KernelParams& kp, Storage& s
   prefetch_tensor_maps(kp);
 }
 
-// Warp 0 of the producer warpgroup: lane 0 issues the query tile of each piece, then its pages, in the order
-// the math warpgroups consume them, blocking on each barrier it needs (it has nothing else to do). The page
-// ids come 32 at a time, one coalesced load per 32 blocks by the whole warp, issued a chunk ahead and handed to
-// lane 0 by shuffles: read one by one, each id's global-load latency sat between two TMA issues (small
-// batches, ~16 blocks per CTA: 10 us of 60, H200).
 // The query tile of piece `req` into buffer qbuf, on q_full[qbuf]: rows 0 .. N - 1 of the request (rows past
 // q_rows read as zeros), 4 content tiles and the RoPE tile.
 template <typename Storage>
 __device__ __forceinline__ void issue_query_tile(const KernelParams& kp, Storage& ss, int qbuf, int req) {
-  mbarrier_arrive_expect_tx(&ss.q_full[qbuf], Storage::kQTxBytes);  // narrow storages: a fixed N-row tile
+  mbarrier_arrive_expect_tx(&ss.q_full[qbuf], Storage::kQTxBytes);  // NarrowStorage: a fixed 16-row tile
 #pragma unroll
   for (int t = 0; t < CONTENT_TILES; ++t)
     tma_load_3d(ss.q_content[qbuf][t], &kp.tm_q_content, &ss.q_full[qbuf], t * SWIZZLE_ROW_BYTES, 0, req);
   tma_load_3d(ss.q_rope[qbuf], &kp.tm_q_rope, &ss.q_full[qbuf], 0, 0, req);
 }
 
+// Warp 0 of the producer warpgroup: lane 0 issues the query tile of each piece, then its pages, in the order
+// the math warpgroups consume them, blocking on each barrier it needs (it has nothing else to do). The page
+// ids come 32 at a time, one coalesced load per 32 blocks by the whole warp, issued a chunk ahead and handed to
+// lane 0 by shuffles: read one by one, each id's global-load latency sat between two TMA issues (small
+// batches, ~16 blocks per CTA: 10 us of 60, H200).
 template <typename Storage>
 __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow& row) {
   constexpr int STAGES_ = Storage::kStages, Q_BUFS_ = Storage::kQBufs;

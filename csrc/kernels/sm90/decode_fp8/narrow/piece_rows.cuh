@@ -1,4 +1,4 @@
-// Per-piece query-row constants of the narrow kernels' math threads: each thread's N / 4 rows (accumulator
+// Per-piece query-row constants of the narrow kernel's math threads: each thread's N / 4 rows (accumulator
 // columns c = 8i + 2t + e, qk_softmax.cuh), their logit multiplier and how many tokens each may see.
 #pragma once
 

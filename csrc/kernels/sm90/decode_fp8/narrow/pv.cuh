@@ -70,7 +70,7 @@ __device__ __forceinline__ void issue_pv_wave(float (&acc)[WMT][N / 2], const ui
   for (int m = 0; m < WMT; ++m) {
 #pragma unroll
     for (int g = 0; g < PV_STEPS; ++g)
-      wgmma_m64nNk32_e4m3_rs<N>(acc[m], a[m][g], pt_desc + ((g * K_STEP_BYTES) >> 4), g > 0);
+      wgmma_m64n16k32_e4m3_rs(acc[m], a[m][g], pt_desc + ((g * K_STEP_BYTES) >> 4), g > 0);
   }
   wgmma_commit();
 }

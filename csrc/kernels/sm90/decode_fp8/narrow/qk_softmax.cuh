@@ -1,7 +1,9 @@
 // Narrow decode kernel, math warpgroup, first half of a block: S^T = K . Q^T on the tensor cores, the online
 // softmax of SnapMLA per query row (= per accumulator column), and P^T to shared memory for the PV WGMMA.
 //
-// Fragment of S^T (m64nN, N = 16 or 32 query rows, wgmma.cuh): thread (warp w, lane l, r = l / 4, t = l % 4)
+// Fragment of S^T (m64nN, N = ROWS = 16 query rows, wgmma.cuh; the pieces below keep N as a template
+// parameter, only N = 16 is instantiated: the dual kernel that ran N = 32 was dropped, docs/decode_kernel.md):
+// thread (warp w, lane l, r = l / 4, t = l % 4)
 // holds tokens tau_0 = 16w + r and tau_1 = tau_0 + 8 (accumulator rows) of the query rows (columns)
 // c = 8i + 2t + e, i < N / 8, e in {0, 1}: s[4i + 2rr + e] = (token tau_rr, row 8i + 2t + e). Index ce = 2i + e
 // names the thread's N / 4 rows.
@@ -49,14 +51,14 @@ __device__ __forceinline__ void issue_qk_t(float (&s)[N / 2], uint32_t kv_conten
     const int in_row = (kk % STEPS_PER_SWIZZLE_ROW) * K_STEP_BYTES;
     const uint32_t k_off = ((kk / STEPS_PER_SWIZZLE_ROW) * CONTENT_TILE_BYTES + in_row) >> 4;
     const uint32_t q_off = ((kk / STEPS_PER_SWIZZLE_ROW) * Q_TILE + in_row) >> 4;
-    wgmma_m64nNk32_e4m3_ss<N>(s, k_desc + k_off, q_desc + q_off, kk > 0);
+    wgmma_m64n16k32_e4m3_ss(s, k_desc + k_off, q_desc + q_off, kk > 0);
   }
   const uint64_t kr_desc = make_smem_desc(kv_rope, SBO, SmemSwizzle::k128B);
   const uint64_t qr_desc = make_smem_desc(q_rope, SBO, SmemSwizzle::k128B);
 #pragma unroll
   for (int kk = 0; kk < QK_ROPE_STEPS; ++kk) {
     const uint32_t off = (kk * K_STEP_BYTES) >> 4;
-    wgmma_m64nNk16_bf16_ss<N>(s, kr_desc + off, qr_desc + off);
+    wgmma_m64n16k16_bf16_ss(s, kr_desc + off, qr_desc + off);
   }
 }
 
