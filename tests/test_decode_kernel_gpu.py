@@ -98,3 +98,25 @@ def test_kernel_choice_env_is_checked(monkeypatch):
     monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "fast")
     with pytest.raises(RuntimeError, match="SNAPMLA_DECODE_KERNEL must be auto, narrow or wide, got 'fast'"):
         _run(p, 1, 16, False, None)
+
+
+@pytest.mark.parametrize("s_q,h_q", [(2, 64), (1, 16)], ids=["wide", "narrow"])
+def test_pdl_launch_is_bit_identical(monkeypatch, s_q, h_q):
+    """Programmatic dependent launch (common/pdl.h) only lets a kernel's launch and prologue overlap the previous
+    kernel's tail: every kernel waits before its first global access. So Fused-Q-Quant -> decode -> combine with
+    PDL (forced splits: the combine kernel runs) gives the same bits as plain launches."""
+    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "narrow")  # only affects q_rows <= 16
+    p = make_paged_inputs(3, s_q, h_q, [5000, 0, 777], seed=11, device="cuda")
+    monkeypatch.setenv("SNAPMLA_PDL", "0")
+    plain = _run(p, s_q, h_q, True, 30)
+    monkeypatch.setenv("SNAPMLA_PDL", "1")
+    pdl = _run(p, s_q, h_q, True, 30)
+    assert torch.equal(plain[0].view(torch.int16), pdl[0].view(torch.int16))
+    assert torch.equal(plain[1].view(torch.int32), pdl[1].view(torch.int32))
+
+
+def test_pdl_env_is_checked(monkeypatch):
+    p = make_paged_inputs(1, 1, 16, [100], seed=5, device="cuda")
+    monkeypatch.setenv("SNAPMLA_PDL", "yes")
+    with pytest.raises(RuntimeError, match="SNAPMLA_PDL must be 0 or 1, got 'yes'"):
+        _run(p, 1, 16, False, None)

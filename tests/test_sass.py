@@ -111,3 +111,35 @@ def test_narrow_decode_kernel_shows_its_design(sass_by_function):
     for bar in (3, 4):
         n = len(re.findall(rf"BAR\.SYNC\.DEFER_BLOCKING 0x{bar}, 0x100", sass))
         assert n == 1, f"{n} bar.sync {bar} (256 threads) in the narrow kernel, expected one"
+
+
+def _kernels(functions, *parts):
+    return {n: s for n, s in functions.items() if any(p in n for p in parts)}
+
+
+def test_decode_kernels_access_shared_memory_as_shared(sass_by_function):
+    """kernel_prologue.cuh aligned_storage keeps the address space: every C++ access to the shared storage (k
+    scales, hand-off state, merge and epilogue rows) must be LDS / STS, not a generic LD / ST with a 64-bit
+    address (34 of them in the wide kernel and 62 in the narrow one when the pointer went through uintptr_t)."""
+    kernels = _kernels(sass_by_function, "snapmla_decode_fp8_kernel", "snapmla_decode_fp8_narrow_kernel")
+    assert len(kernels) == 2
+    for name, sass in kernels.items():
+        generic = re.findall(r"\b(LD|ST)\.E\b", sass)
+        assert not generic, f"{name}: {len(generic)} generic LD/ST (shared memory through a generic pointer)"
+        assert re.search(r"\bLDS(\.|\s)", sass), f"{name}: no LDS at all"
+
+
+def test_pdl_wait_precedes_every_global_access(sass_by_function):
+    """Programmatic dependent launch (common/pdl.h): each kernel of a decode call waits for the previous grid
+    (griddepcontrol.wait = ACQBULK) before its first global load, store or TMA load; Fused-Q-Quant and both
+    decode kernels let the next kernel launch early (griddepcontrol.launch_dependents = PREEXIT)."""
+    kernels = _kernels(sass_by_function, "q_quant_kernel", "snapmla_decode_fp8_kernel",
+                       "snapmla_decode_fp8_narrow_kernel", "snapmla_combine_kernel")
+    assert len(kernels) == 4, sorted(kernels)
+    for name, sass in kernels.items():
+        wait = sass.find("ACQBULK")
+        assert wait >= 0, f"{name}: no griddepcontrol.wait"
+        first_global = min((m.start() for m in re.finditer(r"\b(LDG|STG|UTMALDG|LD|ST)\.", sass)), default=len(sass))
+        assert wait < first_global, f"{name}: a global access comes before griddepcontrol.wait"
+        if "combine" not in name:
+            assert "PREEXIT" in sass, f"{name}: no griddepcontrol.launch_dependents"

@@ -14,6 +14,8 @@
 #include <cuda_bf16.h>
 
 #include "common/cuda_check.h"
+#include "common/griddep.cuh"
+#include "common/pdl.h"
 #include "kernels/combine/launch.h"
 #include "kv_layout.h"
 
@@ -47,6 +49,7 @@ __global__ void __launch_bounds__(WARPS_PER_CTA * 32)
                            __nv_bfloat16* __restrict__ out,      // (b, s_q, h_q, 512), row = s * h_q + h
                            float* __restrict__ lse,              // (b, h_q, s_q)
                            int s_q, int h_q, int q_rows) {
+  griddep_wait();  // PDL (common/pdl.h): the decode kernel's partial results are complete and visible
   const int r = blockIdx.x;
   const int split_begin = num_splits[r];
   const int n = num_splits[r + 1] - split_begin;
@@ -119,10 +122,8 @@ __global__ void __launch_bounds__(WARPS_PER_CTA * 32)
 
 void launch_combine(const DecodeParams& params, cudaStream_t stream) {
   const dim3 grid(params.b, (params.q_rows + WARPS_PER_CTA - 1) / WARPS_PER_CTA);
-  snapmla_combine_kernel<<<grid, WARPS_PER_CTA * 32, 0, stream>>>(params.num_splits, params.o_accum,
-                                                                   params.lse_accum, params.out, params.lse,
-                                                                   params.s_q, params.h_q, params.q_rows);
-  SNAPMLA_CHECK_LAUNCH();
+  launch_pdl(snapmla_combine_kernel, grid, dim3(WARPS_PER_CTA * 32), 0, stream, params.num_splits, params.o_accum,
+             params.lse_accum, params.out, params.lse, params.s_q, params.h_q, params.q_rows);
 }
 
 }  // namespace snapmla::combine

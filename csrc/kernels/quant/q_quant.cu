@@ -9,10 +9,16 @@
 #include "kernels/quant/quant_math.cuh"
 
 #include "common/cuda_check.h"
+#include "common/griddep.cuh"
+#include "common/pdl.h"
 
 namespace snapmla::quant {
 
 __global__ void __launch_bounds__(THREADS_PER_CTA) q_quant_kernel(QQuantParams p) {
+  // PDL (common/pdl.h): the decode kernel may be scheduled now (it waits for this grid to finish before it
+  // reads Q); this grid waits for the kernel before it, whose memory it may reuse.
+  griddep_launch_dependents();
+  griddep_wait();
   const int lane = threadIdx.x % WARP_SIZE;
   const int64_t row = int64_t(blockIdx.x) * WARPS_PER_CTA + threadIdx.x / WARP_SIZE;
   const int64_t rows = int64_t(p.b) * p.s_q * p.h_q;
@@ -29,8 +35,7 @@ void launch_q_quant(const QQuantParams& params, cudaStream_t stream) {
   const int64_t rows = int64_t(params.b) * params.s_q * params.h_q;
   if (rows == 0) return;
   const int64_t grid = (rows + WARPS_PER_CTA - 1) / WARPS_PER_CTA;
-  q_quant_kernel<<<dim3(static_cast<unsigned>(grid)), THREADS_PER_CTA, 0, stream>>>(params);
-  SNAPMLA_CHECK_LAUNCH();
+  launch_pdl(q_quant_kernel, dim3(static_cast<unsigned>(grid)), dim3(THREADS_PER_CTA), 0, stream, params);
 }
 
 }  // namespace snapmla::quant

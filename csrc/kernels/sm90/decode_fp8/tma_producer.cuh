@@ -4,6 +4,7 @@
 // NarrowStorage (narrow/config.h), each with kStages and kQBufs, and an issue_query_tile overload.
 #pragma once
 
+#include "common/griddep.cuh"
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
 #include "kernels/sm90/decode_fp8/kernel_prologue.cuh"
@@ -99,8 +100,13 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
 // registers back and its first warp runs run_producer; the math warpgroups take PRODUCER's share and run
 // run_math(wg) (a callable). The schedule row is read after the split: values live across setmaxnreg would be
 // spilled. A CTA with no work (BEGIN_REQ > END_REQ) runs both roles through empty loops.
+// PDL (common/pdl.h): nothing before this point touches global memory (the barrier init and the tensor-map
+// prefetch read shared memory and kernel parameters), so that prologue overlaps the previous kernel's tail; the
+// combine kernel may be scheduled from here on (it waits for this grid to complete before it reads).
 template <int PRODUCER_REGS_, int MATH_REGS_, typename Storage, typename RunMath>
 __device__ __forceinline__ void split_roles(const KernelParams& kp, Storage& ss, RunMath&& run_math) {
+  griddep_wait();
+  griddep_launch_dependents();
   const int wg = threadIdx.x / WG_THREADS;
   if (wg == PRODUCER_WG) {
     setmaxnreg_dec<PRODUCER_REGS_>();

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/pdl.h"
 #include "kernels/sm90/decode_fp8/kernel.cuh"
 #include "kernels/sm90/decode_fp8/kernel_params.h"
 #include "kernels/sm90/decode_fp8/launch.h"
@@ -48,8 +49,7 @@ void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream) {
   static std::once_flag smem_configured[MAX_DEVICES];
   opt_in_smem(kernel, SMEM_BYTES, smem_configured);
   const dim3 grid(num_m_tiles(params.q_rows), params.num_sm_parts);
-  kernel<<<grid, NUM_THREADS, SMEM_BYTES, stream>>>(kp);
-  SNAPMLA_CHECK_LAUNCH();
+  launch_pdl(kernel, grid, dim3(NUM_THREADS), SMEM_BYTES, stream, kp);
 }
 
 }  // namespace snapmla::sm90::decode_fp8

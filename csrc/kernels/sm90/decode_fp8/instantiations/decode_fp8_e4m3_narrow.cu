@@ -2,6 +2,7 @@
 // SnapMLA cache, and its launcher (called by launch_decode_fp8).
 #include <cuda_fp8.h>
 
+#include "common/pdl.h"
 #include "kernels/sm90/decode_fp8/kernel_params.h"
 #include "kernels/sm90/decode_fp8/launch.h"
 #include "kernels/sm90/decode_fp8/narrow/kernel.cuh"
@@ -18,8 +19,7 @@ void launch_decode_fp8_narrow(const DecodeParams& params, cudaStream_t stream) {
   opt_in_smem(kernel, narrow::N_SMEM_BYTES, smem_configured);
   // One CTA row: the 16-row tile holds every query row of a request.
   const dim3 grid(1, params.num_sm_parts);
-  kernel<<<grid, NUM_THREADS, narrow::N_SMEM_BYTES, stream>>>(kp);
-  SNAPMLA_CHECK_LAUNCH();
+  launch_pdl(kernel, grid, dim3(NUM_THREADS), narrow::N_SMEM_BYTES, stream, kp);
 }
 
 }  // namespace snapmla::sm90::decode_fp8
