@@ -11,6 +11,7 @@ when `flash_mla` is importable ("measured"), else the time from docs/anchors.md 
 Timing: bench/harness.py, L2 flushed before every call (the data is >> L2 anyway), median.
 
     python3 bench/bench_decode.py [--quick] [--out DIR]      (GPU; SNAPMLA_BENCH_QUICK=1 means --quick)
+    python3 bench/bench_decode.py --cases sk8192 --pdl-ab     (also plain launches vs PDL, common/pdl.h)
     python3 bench/bench_decode.py --plot RESULT.json          (anywhere: PNG of speedup vs context length)
 JSON goes to bench/results/ and to --out; the PNG next to each JSON.
 """
@@ -113,7 +114,20 @@ def time_flash_mla(fm, case, q, block_table, seqlens, num_blocks, H) -> float:
     return us
 
 
-def run_case(case: Case, fm, ceiling_gbps: float, H) -> H.Result:
+def time_with_env(fn, H, name: str, value: str) -> float:
+    """fn timed with os.environ[name] = value (the launcher reads SNAPMLA_* per call), restored after."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        return H.time_cold(fn)
+    finally:
+        if old is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = old
+
+
+def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False) -> H.Result:
     from snapmla_ext.decode_ops import flash_mla_with_kvcache, get_mla_metadata
 
     gen = torch.Generator().manual_seed(case.b * 7 + case.s_k)
@@ -140,11 +154,13 @@ def run_case(case: Case, fm, ceiling_gbps: float, H) -> H.Result:
     forced = {}
     if case.s_q * case.h_q <= NARROW_MAX_Q_ROWS:
         for kernel in ("narrow", "wide"):
-            os.environ["SNAPMLA_DECODE_KERNEL"] = kernel
-            try:
-                forced[kernel] = H.time_cold(fn)
-            finally:
-                del os.environ["SNAPMLA_DECODE_KERNEL"]
+            forced[kernel] = time_with_env(fn, H, "SNAPMLA_DECODE_KERNEL", kernel)
+    # --pdl-ab: the same call with plain launches (SNAPMLA_PDL=0; common/pdl.h), then the default again, so that
+    # the ratio is taken between neighbouring timings of one process.
+    plain_us = pdl_us = None
+    if pdl_ab:
+        plain_us = time_with_env(fn, H, "SNAPMLA_PDL", "0")
+        pdl_us = time_with_env(fn, H, "SNAPMLA_PDL", "1")
     del cache
     torch.cuda.empty_cache()
 
@@ -171,6 +187,7 @@ def run_case(case: Case, fm, ceiling_gbps: float, H) -> H.Result:
         speedup=(baseline_us / us) if baseline_us else None,
         narrow_kernel_us=forced.get("narrow"), wide_kernel_us=forced.get("wide"),
         narrow_vs_wide=(forced["wide"] / forced["narrow"]) if forced else None,
+        plain_launch_us=plain_us, pdl_launch_us=pdl_us, pdl_speedup=(plain_us / pdl_us) if plain_us else None,
     )
     q_bytes = rows * L.D_QK * 2
     out_bytes = rows * (L.D_CONTENT * 2 + 4)
@@ -186,7 +203,9 @@ def print_line(r) -> None:
     speed = f"{p['speedup']:.2f}x ({p['baseline']})" if p["speedup"] else "-"
     wide = (f"  [forced: narrow {p['narrow_kernel_us']:.1f} us, wide {p['wide_kernel_us']:.1f} us, "
             f"narrow {p['narrow_vs_wide']:.2f}x]" if p.get("wide_kernel_us") else "")
-    print(f"{r.name:<34} {r.us:10.1f} {p['tflops']:9.1f} {p['kv_gbps']:9.1f} {p['pct_roofline']:7.1f}%  {speed}{wide}",
+    pdl = (f"  [plain launch {p['plain_launch_us']:.1f} us, PDL {p['pdl_launch_us']:.1f} us, {p['pdl_speedup']:.3f}x]"
+           if p.get("plain_launch_us") else "")
+    print(f"{r.name:<34} {r.us:10.1f} {p['tflops']:9.1f} {p['kv_gbps']:9.1f} {p['pct_roofline']:7.1f}%  {speed}{wide}{pdl}",
           flush=True)
 
 
@@ -238,6 +257,8 @@ def main() -> None:
     ap.add_argument("--cases", default=None, metavar="SUBSTR",
                     help="only the cases whose name contains SUBSTR, or any of a comma-separated list "
                          "(e.g. b64_sq1_h16_sk32768 for ncu, sk8192,sk4096 for the small and short cases)")
+    ap.add_argument("--pdl-ab", action="store_true",
+                    help="also time every case with plain launches (SNAPMLA_PDL=0) and report the PDL speedup")
     args = ap.parse_args()
     if args.plot:
         print(plot_speedup(args.plot))
@@ -255,7 +276,7 @@ def main() -> None:
         cases = [c for c in ANCHOR_CASES + SMALL_BATCH_CASES if any(s in c.name for s in args.cases.split(","))]
     results = []
     for c in cases:
-        results.append(run_case(c, fm, ceiling, H))
+        results.append(run_case(c, fm, ceiling, H, pdl_ab=args.pdl_ab))
         print_line(results[-1])
     dirs = [H.RESULTS_DIR] + ([args.out] if args.out else [])
     extra = {"copy_ceiling_gbps": ceiling, "baseline": "flash_mla measured" if fm else "docs/anchors.md"}

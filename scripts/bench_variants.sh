@@ -44,6 +44,7 @@ for name in "${names[@]}"; do
     echo "$name tests: $(tail -1 "$dir/tests.log")"
   fi
   if [ -n "${SNAPMLA_VARIANT_CASES:-}" ]; then bargs="--cases ${SNAPMLA_VARIANT_CASES}"; else bargs="--quick"; fi
+  bargs="$bargs ${SNAPMLA_VARIANT_BENCH_ARGS:-}"
   # The copy has no .git: the JSON records the variant as its revision.
   ( cd "$dir" && SNAPMLA_GIT_REV="${SNAPMLA_GIT_REV:-unknown}+variant:$name" timeout 300 \
       python3 bench/bench_decode.py $bargs --out "$dir/out" > "$dir/bench.log" 2>&1 )
