@@ -155,8 +155,8 @@ def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False) -> H.
     if case.s_q * case.h_q <= NARROW_MAX_Q_ROWS:
         for kernel in ("narrow", "wide"):
             forced[kernel] = time_with_env(fn, H, "SNAPMLA_DECODE_KERNEL", kernel)
-    # --pdl-ab: the same call with plain launches (SNAPMLA_PDL=0; common/pdl.h), then the default again, so that
-    # the ratio is taken between neighbouring timings of one process.
+    # --pdl-ab: the same call with plain launches (SNAPMLA_PDL=0) and with PDL (SNAPMLA_PDL=1; common/pdl.h),
+    # neighbouring timings of one process.
     plain_us = pdl_us = None
     if pdl_ab:
         plain_us = time_with_env(fn, H, "SNAPMLA_PDL", "0")
@@ -258,7 +258,7 @@ def main() -> None:
                     help="only the cases whose name contains SUBSTR, or any of a comma-separated list "
                          "(e.g. b64_sq1_h16_sk32768 for ncu, sk8192,sk4096 for the small and short cases)")
     ap.add_argument("--pdl-ab", action="store_true",
-                    help="also time every case with plain launches (SNAPMLA_PDL=0) and report the PDL speedup")
+                    help="also time every case with plain launches (SNAPMLA_PDL=0) and PDL (=1), and report the ratio")
     args = ap.parse_args()
     if args.plot:
         print(plot_speedup(args.plot))

@@ -3,7 +3,10 @@
 // kernel's launch and prologue (barrier init, tensor-map prefetch) overlap the tail of the kernel before it;
 // each kernel waits (griddep_wait) before its first global access, so results are bit-identical to plain
 // launches. Inside a CUDA-graph capture the attribute becomes a programmatic edge.
-// SNAPMLA_PDL=0 launches plainly (read per call, so tests and benchmarks compare both in one process).
+// Off by default; SNAPMLA_PDL=1 turns it on (read per call, so tests and benchmarks compare both in one
+// process). Measured on the H200 (2026-12-01, bench_decode --pdl-ab, neighbouring timings in one process): no
+// change from b = 64 (0.98-1.01x), 1.07x for the narrow kernel at b = 1, but 0.71-0.95x for the wide kernel at
+// b = 1..16 with 8k tokens (b1 h64: 44.3 us plain, 62.4 us with PDL). Not understood yet (docs/decode_kernel.md).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,13 +21,13 @@ namespace snapmla {
 
 inline bool pdl_enabled() {
   const char* v = std::getenv("SNAPMLA_PDL");
-  if (v == nullptr) return true;
+  if (v == nullptr) return false;
   const std::string s = v;
   TORCH_CHECK(s == "0" || s == "1", "SNAPMLA_PDL must be 0 or 1, got '", s, "'");
   return s == "1";
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute unless SNAPMLA_PDL=0; a launch error
+// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute when SNAPMLA_PDL=1; a launch error
 // raises (SNAPMLA_CUDA_CHECK).
 template <typename... KernelArgs, typename... Args>
 void launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
