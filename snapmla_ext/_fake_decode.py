@@ -27,3 +27,13 @@ def _decode_fp8_fake(
     out = q_content.new_empty((b, s_q, h_q, L.D_CONTENT), dtype=torch.bfloat16)
     lse = q_content.new_empty((b, h_q, s_q), dtype=torch.float32)
     return out, lse
+
+
+@torch.library.register_fake("snapmla::decode_fp8_bf16q")
+def _decode_fp8_bf16q_fake(
+    q, kv_cache, block_table, cache_seqlens, tile_scheduler_metadata, num_splits, softmax_scale, causal,
+):
+    b, s_q, h_q = q.shape[:3]
+    out = q.new_empty((b, s_q, h_q, L.D_CONTENT), dtype=torch.bfloat16)
+    lse = q.new_empty((b, h_q, s_q), dtype=torch.float32)
+    return out, lse

@@ -22,7 +22,6 @@ from typing import Optional, Union
 import torch
 
 from snapmla_ext import layout as L
-from snapmla_ext import quant_ops
 from snapmla_ext._ext import load_ops, require_cuda_tensor
 from snapmla_ext.cache import SnapMLAKVCache, as_cache_tensor
 from snapmla_ext.types import QuantizedQ
@@ -124,7 +123,8 @@ def get_mla_metadata(*args, **kwargs):
     return SnapMLASchedMeta(num_sm_parts=kwargs.get("num_sm_parts")), None
 
 
-def _quantized_q(q) -> QuantizedQ:
+def _checked_q(q) -> Union[torch.Tensor, QuantizedQ]:
+    """q as given, after the Python-side checks of a BF16 q (the op checks it again, as Fused-Q-Quant does)."""
     if isinstance(q, QuantizedQ):
         return q
     if not isinstance(q, torch.Tensor):
@@ -133,15 +133,15 @@ def _quantized_q(q) -> QuantizedQ:
         raise ValueError(f"q must have dtype torch.bfloat16 (or be a QuantizedQ), got {q.dtype}")
     if q.dim() != 4 or q.shape[-1] != L.D_QK:
         raise ValueError(f"q must have shape (b, s_q, h_q, {L.D_QK}), got {tuple(q.shape)}")
-    # Device last, as in the C++ checks; without this a CPU q would be quantized by the reference first.
+    # Device last, as in the C++ checks.
     require_cuda_tensor("q", q)
-    return quant_ops.quantize_q(q)
+    return q
 
 
 def _metadata_from_sched_meta(
-    sched_meta: SnapMLASchedMeta, qq: QuantizedQ, cache_seqlens: torch.Tensor
+    sched_meta: SnapMLASchedMeta, q_shape: tuple[int, int, int], cache_seqlens: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    b, s_q, h_q = qq.scale.shape
+    b, s_q, h_q = q_shape
     if not sched_meta.have_initialized:
         num_sm_parts = sched_meta.num_sm_parts or default_num_sm_parts(s_q * h_q, 1, cache_seqlens.device)
         meta, splits = load_ops().get_mla_metadata(cache_seqlens, s_q * h_q, 1, num_sm_parts)
@@ -179,7 +179,8 @@ def flash_mla_with_kvcache(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """FP8 SnapMLA decode (FlashMLA's flash_mla_with_kvcache, dense mode).
 
-    q:             (b, s_q, h_q, 576) bfloat16, quantized inside by Fused-Q-Quant (snapmla_ext.quant_ops.quantize_q);
+    q:             (b, s_q, h_q, 576) bfloat16, quantized inside by Fused-Q-Quant (the same op launches it right
+                   before the decode kernel);
                    or a snapmla_ext.types.QuantizedQ (content (b, s_q, h_q, 512) e4m3, rope (b, s_q, h_q, 64)
                    bf16, scale (b, s_q, h_q) fp32) quantized by the caller. h_q in 1..128, s_q >= 1.
     k_cache:       a SnapMLAKVCache or its (num_blocks, 41216) uint8 tensor (byte map in csrc/kv_layout.h).
@@ -222,13 +223,14 @@ def flash_mla_with_kvcache(
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     kv_cache = as_cache_tensor(k_cache, "k_cache")
-    qq = _quantized_q(q)
+    qq = _checked_q(q)
+    q_shape = tuple(qq.scale.shape) if isinstance(qq, QuantizedQ) else tuple(qq.shape[:3])
     if softmax_scale is None:
         softmax_scale = L.D_QK**-0.5
     if isinstance(tile_scheduler_metadata, SnapMLASchedMeta):
         if num_splits is not None:
             raise ValueError("num_splits must be None with a SnapMLASchedMeta (new-style get_mla_metadata())")
-        meta, splits = _metadata_from_sched_meta(tile_scheduler_metadata, qq, cache_seqlens)
+        meta, splits = _metadata_from_sched_meta(tile_scheduler_metadata, q_shape, cache_seqlens)
     else:
         if not isinstance(tile_scheduler_metadata, torch.Tensor) or not isinstance(num_splits, torch.Tensor):
             raise TypeError(
@@ -237,7 +239,12 @@ def flash_mla_with_kvcache(
                 f"{type(tile_scheduler_metadata).__name__} and {type(num_splits).__name__}"
             )
         meta, splits = tile_scheduler_metadata, num_splits
-    return load_ops().decode_fp8(
-        qq.content, qq.rope, qq.scale, kv_cache, block_table, cache_seqlens, meta, splits, float(softmax_scale),
-        bool(causal),
+    if isinstance(qq, QuantizedQ):
+        return load_ops().decode_fp8(
+            qq.content, qq.rope, qq.scale, kv_cache, block_table, cache_seqlens, meta, splits, float(softmax_scale),
+            bool(causal),
+        )
+    # BF16 q: Fused-Q-Quant, decode and combine launched back to back by one op (csrc/api/decode_api.cpp).
+    return load_ops().decode_fp8_bf16q(
+        qq, kv_cache, block_table, cache_seqlens, meta, splits, float(softmax_scale), bool(causal)
     )

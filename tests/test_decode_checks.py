@@ -78,8 +78,15 @@ def test_q_content_head_dim(requires_ext):
 
 
 def test_batch_not_empty(requires_ext):
-    with pytest.raises(RuntimeError, match=r"q_content.shape\[0\] \(b\) must be >= 1, got 0"):
+    with pytest.raises(RuntimeError, match=r"q_content.shape\[0\] \(b\) must be in \[1, 65535\] \(combine grid.y\), got 0"):
         call(requires_ext, q_content=torch.zeros(0, S_Q, H_Q, 512, dtype=torch.float8_e4m3fn))
+
+
+def test_batch_fits_the_combine_grid(requires_ext):
+    # The combine kernel's grid is (q_rows, b): b is its y dimension. A stride-0 view: only the shape is read.
+    big = torch.zeros(1, S_Q, H_Q, 512, dtype=torch.float8_e4m3fn).expand(65536, S_Q, H_Q, 512)
+    with pytest.raises(RuntimeError, match=r"\(b\) must be in \[1, 65535\] \(combine grid.y\), got 65536"):
+        call(requires_ext, q_content=big)
 
 
 def test_s_q_not_empty(requires_ext):
@@ -361,3 +368,23 @@ def test_fake_impls_trace(requires_ext):
     out_meta, lse_meta = (o.meta["val"] for o in outs)
     assert out_meta.shape == (B, S_Q, H_Q, 512) and out_meta.dtype == torch.bfloat16
     assert lse_meta.shape == (B, H_Q, S_Q) and lse_meta.dtype == torch.float32
+
+
+# ---- decode_fp8_bf16q (BF16 q: Fused-Q-Quant's checks on q, then the checks above on the rest) ----
+
+
+@pytest.mark.parametrize(
+    "q,message",
+    [
+        (torch.zeros(B, S_Q, H_Q, L.D_QK), r"q must have dtype BFloat16, got Float"),
+        (torch.zeros(B, H_Q, L.D_QK, dtype=torch.bfloat16), r"q must have 4 dimensions, got 3"),
+        (torch.zeros(B, S_Q, H_Q, 512, dtype=torch.bfloat16), r"q.shape\[3\] must be 576, got 512"),
+        (torch.zeros(B, S_Q, H_Q, L.D_QK, dtype=torch.bfloat16), r"q must be a CUDA tensor, got a tensor on cpu"),
+    ],
+    ids=["dtype", "dims", "head_dim", "device"],
+)
+def test_bf16q_entry_checks_q(requires_ext, q, message):
+    a = valid_args()
+    with pytest.raises(RuntimeError, match=message):
+        requires_ext.decode_fp8_bf16q(q, a["kv_cache"], a["block_table"], a["cache_seqlens"],
+                                      a["tile_scheduler_metadata"], a["num_splits"], a["softmax_scale"], a["causal"])

@@ -1,4 +1,5 @@
-// Entry point of the FP8 SnapMLA decode: snapmla::decode_fp8 (validation, allocation, decode kernel, combine).
+// Entry points of the FP8 SnapMLA decode: snapmla::decode_fp8 (pre-quantized q) and decode_fp8_bf16q (BF16 q,
+// Fused-Q-Quant launched in the same call): validation, allocation, decode kernel, combine.
 //
 // One C++ function serves the CPU and the CUDA keys. Checks run in the order dtype -> shape -> layout ->
 // device, so CPU tests can trigger every message except the device ones (a CPU tensor that passes everything
@@ -16,6 +17,7 @@
 #include <limits>
 
 #include "api/checks.h"
+#include "api/quant_api.h"
 #include "common/params.h"
 #include "kernels/combine/launch.h"
 #include "kernels/sched/sched_meta.h"
@@ -29,8 +31,10 @@ namespace {
 namespace L = kv_layout;
 
 constexpr int64_t MAX_H_Q = 128;           // two 64-row M tiles per query token; SPEC section 1
+// Query rows s_q * h_q of one call: the bound the kernels' index arithmetic was written and tested for (s_q up
+// to 2048 at h_q = 128), not a grid limit (the combine grid is (q_rows, b)).
+constexpr int64_t MAX_Q_ROWS = 262140;
 using checks::MAX_GRID_Y;
-using combine::COMBINE_ROWS_PER_CTA;
 
 // The (s, h) dims of a (b, s_q, h_q, ...) tensor fold into one row index with a single stride.
 void check_rows_foldable(const at::Tensor& t, int64_t h_q, const char* name) {
@@ -54,17 +58,18 @@ void debug_check_values(const at::Tensor& cache_seqlens, const at::Tensor& num_s
               ": the metadata was computed for other cache_seqlens or another batch");
 }
 
-}  // namespace
-
 // Shapes: q_content (b, s_q, h_q, 512) e4m3, q_rope (b, s_q, h_q, 64) bf16, q_scale (b, s_q, h_q) fp32,
 // kv_cache (num_blocks, 41216) uint8, block_table (b, max_pages) int32, cache_seqlens (b,) int32,
 // tile_scheduler_metadata (num_sm_parts, 8) int32, num_splits (b + 1,) int32.
 // Returns out (b, s_q, h_q, 512) bf16 and lse (b, h_q, s_q) fp32 (natural log, +inf where nothing is visible).
-std::tuple<at::Tensor, at::Tensor> decode_fp8(const at::Tensor& q_content, const at::Tensor& q_rope,
-                                              const at::Tensor& q_scale, const at::Tensor& kv_cache,
-                                              const at::Tensor& block_table, const at::Tensor& cache_seqlens,
-                                              const at::Tensor& tile_scheduler_metadata, const at::Tensor& num_splits,
-                                              double softmax_scale, bool causal) {
+// launch_first: launched on the stream right before the decode kernel, after every check, allocation and
+// tensor-map encoding of the call (decode_fp8_bf16q: Fused-Q-Quant of q into q_content / q_rope / q_scale).
+std::tuple<at::Tensor, at::Tensor> decode_impl(const at::Tensor& q_content, const at::Tensor& q_rope,
+                                               const at::Tensor& q_scale, const at::Tensor& kv_cache,
+                                               const at::Tensor& block_table, const at::Tensor& cache_seqlens,
+                                               const at::Tensor& tile_scheduler_metadata, const at::Tensor& num_splits,
+                                               double softmax_scale, bool causal,
+                                               const sm90::decode_fp8::LaunchFirst& launch_first) {
   // ---- dtype ----
   checks::check_dtype(q_content, at::kFloat8_e4m3fn, "q_content");
   checks::check_dtype(q_rope, at::kBFloat16, "q_rope");
@@ -79,12 +84,12 @@ std::tuple<at::Tensor, at::Tensor> decode_fp8(const at::Tensor& q_content, const
   checks::check_dim(q_content, 4, "q_content");
   checks::check_size(q_content, 3, L::D_CONTENT, "q_content");
   const int64_t b = q_content.size(0), s_q = q_content.size(1), h_q = q_content.size(2);
-  TORCH_CHECK(b >= 1, "q_content.shape[0] (b) must be >= 1, got ", b);
+  TORCH_CHECK(b >= 1 && b <= MAX_GRID_Y, "q_content.shape[0] (b) must be in [1, ", MAX_GRID_Y, "] (combine grid.y), got ",
+              b);
   TORCH_CHECK(s_q >= 1, "q_content.shape[1] (s_q) must be >= 1, got ", s_q);
   TORCH_CHECK(h_q >= 1 && h_q <= MAX_H_Q, "q_content.shape[2] (h_q) must be in [1, ", MAX_H_Q, "], got ", h_q);
   const int64_t q_rows = s_q * h_q;
-  TORCH_CHECK(q_rows <= MAX_GRID_Y * COMBINE_ROWS_PER_CTA, "s_q * h_q must be <= ", MAX_GRID_Y * COMBINE_ROWS_PER_CTA,
-              ", got ", q_rows);
+  TORCH_CHECK(q_rows <= MAX_Q_ROWS, "s_q * h_q must be <= ", MAX_Q_ROWS, ", got ", q_rows);
   checks::check_shape(q_rope, {b, s_q, h_q, L::D_ROPE}, "q_rope");
   checks::check_shape(q_scale, {b, s_q, h_q}, "q_scale");
   checks::check_kv_cache_shape(kv_cache, "kv_cache");
@@ -185,9 +190,34 @@ std::tuple<at::Tensor, at::Tensor> decode_fp8(const at::Tensor& q_content, const
       .lse_accum = lse_accum.data_ptr<float>(),
       .max_total_splits = static_cast<int>(max_total_splits),
   };
-  sm90::decode_fp8::launch_decode_fp8(params, stream);
+  sm90::decode_fp8::launch_decode_fp8(params, stream, launch_first);
   combine::launch_combine(params, stream);
   return {out, lse};
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> decode_fp8(const at::Tensor& q_content, const at::Tensor& q_rope,
+                                              const at::Tensor& q_scale, const at::Tensor& kv_cache,
+                                              const at::Tensor& block_table, const at::Tensor& cache_seqlens,
+                                              const at::Tensor& tile_scheduler_metadata, const at::Tensor& num_splits,
+                                              double softmax_scale, bool causal) {
+  return decode_impl(q_content, q_rope, q_scale, kv_cache, block_table, cache_seqlens, tile_scheduler_metadata,
+                     num_splits, softmax_scale, causal, {});
+}
+
+// The same call from a BF16 q ((b, s_q, h_q, 576), checked as Fused-Q-Quant checks it): Fused-Q-Quant, decode and
+// combine are launched back to back once everything is allocated. Quantizing q in a call of its own left the GPU
+// idle for the host work of this one between the two kernels (~9 us of a 44 us call at b = 1, h_q = 64, 8k
+// tokens, H200, 2026-12-01).
+std::tuple<at::Tensor, at::Tensor> decode_fp8_bf16q(const at::Tensor& q, const at::Tensor& kv_cache,
+                                                    const at::Tensor& block_table, const at::Tensor& cache_seqlens,
+                                                    const at::Tensor& tile_scheduler_metadata,
+                                                    const at::Tensor& num_splits, double softmax_scale, bool causal) {
+  const PreparedQQuant qq = prepare_quantize_q(q);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(q.device().index());
+  return decode_impl(qq.content, qq.rope, qq.scale, kv_cache, block_table, cache_seqlens, tile_scheduler_metadata,
+                     num_splits, softmax_scale, causal, [&] { quant::launch_q_quant(qq.params, stream); });
 }
 
 }  // namespace snapmla
@@ -197,7 +227,16 @@ TORCH_LIBRARY_FRAGMENT(snapmla, m) {
       "decode_fp8(Tensor q_content, Tensor q_rope, Tensor q_scale, Tensor kv_cache, Tensor block_table, "
       "Tensor cache_seqlens, Tensor tile_scheduler_metadata, Tensor num_splits, float softmax_scale, bool causal) "
       "-> (Tensor, Tensor)");
+  m.def(
+      "decode_fp8_bf16q(Tensor q, Tensor kv_cache, Tensor block_table, Tensor cache_seqlens, "
+      "Tensor tile_scheduler_metadata, Tensor num_splits, float softmax_scale, bool causal) -> (Tensor, Tensor)");
 }
 
-TORCH_LIBRARY_IMPL(snapmla, CPU, m) { m.impl("decode_fp8", &snapmla::decode_fp8); }
-TORCH_LIBRARY_IMPL(snapmla, CUDA, m) { m.impl("decode_fp8", &snapmla::decode_fp8); }
+TORCH_LIBRARY_IMPL(snapmla, CPU, m) {
+  m.impl("decode_fp8", &snapmla::decode_fp8);
+  m.impl("decode_fp8_bf16q", &snapmla::decode_fp8_bf16q);
+}
+TORCH_LIBRARY_IMPL(snapmla, CUDA, m) {
+  m.impl("decode_fp8", &snapmla::decode_fp8);
+  m.impl("decode_fp8_bf16q", &snapmla::decode_fp8_bf16q);
+}

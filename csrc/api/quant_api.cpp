@@ -15,6 +15,7 @@
 
 
 #include "api/checks.h"
+#include "api/quant_api.h"
 #include "kernels/quant/launch.h"
 #include "kv_layout.h"
 
@@ -38,7 +39,7 @@ void check_slots_in_range(const at::Tensor& slots, int64_t num_blocks) {
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_q(const at::Tensor& q) {
+PreparedQQuant prepare_quantize_q(const at::Tensor& q) {
   check_dtype(q, at::kBFloat16, "q");
   check_dim(q, 4, "q");
   check_size(q, 3, L::D_QK, "q");
@@ -49,10 +50,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_q(const at::Tensor& q) {
 
   const int64_t b = q.size(0), s_q = q.size(1), h_q = q.size(2);
   const c10::cuda::CUDAGuard guard(q.device());
-  auto content = at::empty({b, s_q, h_q, L::D_CONTENT}, q.options().dtype(at::kFloat8_e4m3fn));
-  auto rope = at::empty({b, s_q, h_q, L::D_ROPE}, q.options());
-  auto scale = at::empty({b, s_q, h_q}, q.options().dtype(at::kFloat));
-  const quant::QQuantParams params{
+  PreparedQQuant qq;
+  qq.content = at::empty({b, s_q, h_q, L::D_CONTENT}, q.options().dtype(at::kFloat8_e4m3fn));
+  qq.rope = at::empty({b, s_q, h_q, L::D_ROPE}, q.options());
+  qq.scale = at::empty({b, s_q, h_q}, q.options().dtype(at::kFloat));
+  qq.params = quant::QQuantParams{
       .b = static_cast<int>(b),
       .s_q = static_cast<int>(s_q),
       .h_q = static_cast<int>(h_q),
@@ -60,12 +62,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_q(const at::Tensor& q) {
       .q_stride_b = q.stride(0),
       .q_stride_s = q.stride(1),
       .q_stride_h = q.stride(2),
-      .content = reinterpret_cast<uint8_t*>(content.data_ptr()),
-      .rope = reinterpret_cast<__nv_bfloat16*>(rope.data_ptr()),
-      .scale = scale.data_ptr<float>(),
+      .content = reinterpret_cast<uint8_t*>(qq.content.data_ptr()),
+      .rope = reinterpret_cast<__nv_bfloat16*>(qq.rope.data_ptr()),
+      .scale = qq.scale.data_ptr<float>(),
   };
-  quant::launch_q_quant(params, at::cuda::getCurrentCUDAStream());
-  return {content, rope, scale};
+  return qq;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_q(const at::Tensor& q) {
+  PreparedQQuant qq = prepare_quantize_q(q);
+  const c10::cuda::CUDAGuard guard(q.device());
+  quant::launch_q_quant(qq.params, at::cuda::getCurrentCUDAStream());
+  return {qq.content, qq.rope, qq.scale};
 }
 
 void append_kv(at::Tensor& kv_cache, const at::Tensor& kv, const at::Tensor& slots) {

@@ -7,9 +7,9 @@
 
 namespace snapmla::combine {
 
-// Query rows merged per CTA (one warp each): 128 threads, small enough to spread over every SM. The host checks
-// that ceil(q_rows / COMBINE_ROWS_PER_CTA) fits the grid's y dimension.
-inline constexpr int COMBINE_ROWS_PER_CTA = 4;
+// Warps per CTA: one CTA per (query row, request), grid (q_rows, b); each warp merges a 128-column quarter of
+// the row. The host checks that b fits the grid's y dimension.
+inline constexpr int COMBINE_WARPS_PER_ROW = 4;
 
 // Merges the pieces of every request that the scheduler split (num_splits[r + 1] - num_splits[r] > 1) into
 // params.out / params.lse; requests done in one piece were written by the decode kernel and are left alone.
@@ -18,7 +18,7 @@ inline constexpr int COMBINE_ROWS_PER_CTA = 4;
 //             lse is finite; not read when its lse is -inf)
 //   lse_accum (total_splits, q_rows) fp32: log2(sum over the piece's tokens of exp(logit)), -inf for a piece
 //             that saw no token
-// Launch cost when nothing is split: b * ceil(q_rows / 4) CTAs that exit after reading num_splits.
+// Launch cost when nothing is split: b * q_rows CTAs that exit after reading num_splits.
 void launch_combine(const DecodeParams& params, cudaStream_t stream);
 
 }  // namespace snapmla::combine

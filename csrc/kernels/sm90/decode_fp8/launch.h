@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
+
 #include "common/params.h"
 
 namespace snapmla::sm90::decode_fp8 {
@@ -34,7 +36,10 @@ inline constexpr int NARROW_MIN_BLOCKS_PER_CTA = 32;
 // NARROW_MAX_Q_ROWS and enough work, or SNAPMLA_DECODE_KERNEL=narrow), else the wide one over grid
 // (num_m_tiles(q_rows), num_sm_parts). Writes out/lse for requests done in one piece and o_accum/lse_accum
 // for split ones (the combine kernel runs after, see combine/launch.h).
-void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream);
-void launch_decode_fp8_narrow(const DecodeParams& params, cudaStream_t stream);
+// launch_first (may be empty) is launched right before the decode kernel, once the kernel parameters (tensor
+// maps) are built: the call's Fused-Q-Quant goes there, so that no host work separates the two kernels.
+using LaunchFirst = std::function<void()>;
+void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first = {});
+void launch_decode_fp8_narrow(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first = {});
 
 }  // namespace snapmla::sm90::decode_fp8

@@ -36,12 +36,12 @@ bool use_narrow(const DecodeParams& p) {
 
 }  // namespace
 
-void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream) {
+void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first) {
   TORCH_CHECK(params.q_rows > 0 && params.b > 0 && params.num_sm_parts > 0 && params.num_blocks > 0,
               "launch_decode_fp8: empty problem (b = ", params.b, ", q_rows = ", params.q_rows,
               ", num_sm_parts = ", params.num_sm_parts, ", num_blocks = ", params.num_blocks, ")");
   if (use_narrow(params)) {
-    launch_decode_fp8_narrow(params, stream);
+    launch_decode_fp8_narrow(params, stream, launch_first);
     return;
   }
   const KernelParams kp = make_kernel_params(params, rows_per_warp(params.q_rows));
@@ -49,6 +49,7 @@ void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream) {
   static std::once_flag smem_configured[MAX_DEVICES];
   opt_in_smem(kernel, SMEM_BYTES, smem_configured);
   const dim3 grid(num_m_tiles(params.q_rows), params.num_sm_parts);
+  if (launch_first) launch_first();
   launch_pdl(kernel, grid, dim3(NUM_THREADS), SMEM_BYTES, stream, kp);
 }
 

@@ -11,7 +11,7 @@ namespace snapmla::sm90::decode_fp8 {
 
 template __global__ void narrow::snapmla_decode_fp8_narrow_kernel<__nv_fp8_e4m3>(const __grid_constant__ KernelParams kp);
 
-void launch_decode_fp8_narrow(const DecodeParams& params, cudaStream_t stream) {
+void launch_decode_fp8_narrow(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first) {
   TORCH_CHECK(params.q_rows <= narrow::ROWS, "launch_decode_fp8_narrow: q_rows = ", params.q_rows, " > ", narrow::ROWS);
   const KernelParams kp = make_kernel_params(params, narrow::ROWS);
   auto kernel = narrow::snapmla_decode_fp8_narrow_kernel<__nv_fp8_e4m3>;
@@ -19,6 +19,7 @@ void launch_decode_fp8_narrow(const DecodeParams& params, cudaStream_t stream) {
   opt_in_smem(kernel, narrow::N_SMEM_BYTES, smem_configured);
   // One CTA row: the 16-row tile holds every query row of a request.
   const dim3 grid(1, params.num_sm_parts);
+  if (launch_first) launch_first();
   launch_pdl(kernel, grid, dim3(NUM_THREADS), narrow::N_SMEM_BYTES, stream, kp);
 }
 
