@@ -7,14 +7,19 @@
 //   lse = lse2 * ln 2 (natural log); a row whose pieces are all empty gets o = 0, lse = +inf.
 // Empty pieces are skipped by select, never weighted by 0: their o_accum rows are not guaranteed to be finite.
 //
-// Work split: grid (q_rows, b), one CTA of 4 warps per (row, request); warp q owns columns 128 q .. 128 q + 127,
-// lane l the float4 at column 128 q + 4 l, so one warp-wide load moves 512 contiguous bytes. Pieces are read
-// PIECES_IN_FLIGHT = 8 at a time (8 independent 16-B loads per lane before the first FMA): the combine is
-// latency-bound at small batch, where few rows meet many pieces (b = 1, h_q = 64, 8k tokens: 64 rows x 65
-// pieces, 8.5 MB; one warp per row walking the pieces one load group at a time took 20 us there, H200,
-// 2026-12-01). The weights of 32 pieces at a time are computed one per lane and broadcast with shuffles. Each
-// column is summed in piece order (fixed shuffle trees for m and the sum): the result is bit-reproducible and
-// does not depend on the grouping.
+// Work split, two layouts of one template (WARPS_PER_ROW), chosen on the host by the number of rows (launch.h):
+//   - WARPS_PER_ROW = 4, few rows (b * q_rows <= COMBINE_SPLIT_ROWS_MAX; small batch, where each request has
+//     many pieces: b = 1, h_q = 64, 8k tokens is 64 rows x 65 pieces, 8.5 MB): one CTA of 4 warps per row, warp
+//     q owns columns 128 q .., lane l one float4; 8 pieces' loads in flight per lane.
+//   - WARPS_PER_ROW = 1, many rows (b = 64, h_q = 128: 8192 rows x ~2 pieces): 4 rows per CTA, one warp per row,
+//     lane l the float4s at columns 4 l + 128 k (k < 4); 2 pieces (8 loads) in flight per lane.
+// H200, 2026-12-01: one warp per row walking pieces one load group at a time took 20.1 us at b1 h64 (4 warps
+// per row: 7.1 us); 4 warps per row for every shape took 28.6 us at b64 h128 32k (8192 CTAs, each a chain of
+// dependent global loads; one warp per row had taken 10.5 us).
+// Latency per CTA: num_splits -> the first 32 pieces' lse (kept in a register for the max, the sum and the
+// weights) -> the o loads of the first group, issued before the weights are computed -> FMAs -> store.
+// Each column is summed in piece order in both layouts (fixed shuffle trees for m and the sum): the result is
+// bit-reproducible and the same whichever layout runs.
 #include <cuda_bf16.h>
 
 #include "common/cuda_check.h"
@@ -27,12 +32,9 @@ namespace snapmla::combine {
 
 namespace {
 
-constexpr int D_V = kv_layout::D_CONTENT;            // 512
-constexpr int WARPS_PER_CTA = COMBINE_WARPS_PER_ROW;  // 4: one 128-column quarter of the row each
-constexpr int COLS_PER_WARP = D_V / WARPS_PER_CTA;    // 128 = 32 lanes x one float4
-constexpr int PIECES_IN_FLIGHT = 8;
+constexpr int D_V = kv_layout::D_CONTENT;  // 512
+constexpr int LOADS_IN_FLIGHT = 8;         // 16-B loads per lane before the first FMA of a group
 constexpr float LN2 = 0.6931471805599453f;
-static_assert(COLS_PER_WARP == 32 * 4, "a warp covers its quarter in one float4 per lane");
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
@@ -46,91 +48,129 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-__global__ void __launch_bounds__(WARPS_PER_CTA * 32)
+template <int WARPS_PER_ROW>
+struct Layout {
+  static constexpr int ROWS_PER_CTA = COMBINE_WARPS_PER_CTA / WARPS_PER_ROW;  // 1 or 4
+  static constexpr int VEC = D_V / WARPS_PER_ROW / (32 * 4);                 // float4 per lane: 1 or 4
+  static constexpr int GROUP = LOADS_IN_FLIGHT / VEC;                        // pieces per load group: 8 or 2
+  static_assert(VEC * WARPS_PER_ROW * 32 * 4 == D_V && GROUP * VEC == LOADS_IN_FLIGHT, "whole float4 columns");
+};
+
+// The o loads of pieces j0 .. j0 + GROUP - 1 of the current 32-piece chunk (zeros for dead or missing pieces:
+// warp-uniform predicates, an empty piece's o is never read).
+template <int WARPS_PER_ROW>
+__device__ __forceinline__ void load_group(float4 (&v)[Layout<WARPS_PER_ROW>::GROUP][Layout<WARPS_PER_ROW>::VEC],
+                                           const float* g_chunk, int64_t piece_stride, int j0, int count,
+                                           unsigned live_mask) {
+  using Lt = Layout<WARPS_PER_ROW>;
+#pragma unroll
+  for (int u = 0; u < Lt::GROUP; ++u) {
+    const bool live = j0 + u < count && ((live_mask >> (j0 + u)) & 1u);
+#pragma unroll
+    for (int k = 0; k < Lt::VEC; ++k)
+      v[u][k] = live ? *reinterpret_cast<const float4*>(g_chunk + (j0 + u) * piece_stride + 128 * k)
+                     : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+template <int WARPS_PER_ROW>
+__global__ void __launch_bounds__(COMBINE_WARPS_PER_CTA * 32)
     snapmla_combine_kernel(const int* __restrict__ num_splits,   // (b + 1,)
                            const float* __restrict__ o_accum,    // (total_splits, q_rows, 512)
                            const float* __restrict__ lse_accum,  // (total_splits, q_rows)
                            __nv_bfloat16* __restrict__ out,      // (b, s_q, h_q, 512), row = s * h_q + h
                            float* __restrict__ lse,              // (b, h_q, s_q)
                            int s_q, int h_q, int q_rows) {
+  using Lt = Layout<WARPS_PER_ROW>;
   griddep_wait();  // PDL (common/pdl.h): the decode kernel's partial results are complete and visible
-  const int row = blockIdx.x;
   const int r = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row = blockIdx.x * Lt::ROWS_PER_CTA + warp / WARPS_PER_ROW;
   const int split_begin = num_splits[r];
   const int n = num_splits[r + 1] - split_begin;
-  if (n <= 1) return;  // written by the decode kernel
-  const int lane = threadIdx.x % 32;
-  const int col = COLS_PER_WARP * (threadIdx.x / 32) + 4 * lane;
+  if (n <= 1 || row >= q_rows) return;  // n <= 1: written by the decode kernel
+  const int col = (D_V / WARPS_PER_ROW) * (warp % WARPS_PER_ROW) + 4 * lane;  // first column of the lane
 
   const float* g_lse = lse_accum + static_cast<int64_t>(split_begin) * q_rows + row;  // stride q_rows per piece
-  float m = -INFINITY;
-  for (int i = lane; i < n; i += 32) m = fmaxf(m, g_lse[static_cast<int64_t>(i) * q_rows]);
+  auto lse_of = [&](int i) { return g_lse[static_cast<int64_t>(i) * q_rows]; };
+  const float l_first = lane < n ? lse_of(lane) : -INFINITY;  // pieces 0 .. 31, one per lane
+  const unsigned live_first = __ballot_sync(0xffffffffu, l_first != -INFINITY);
+  const float* g_o = o_accum + (static_cast<int64_t>(split_begin) * q_rows + row) * D_V + col;
+  const int64_t piece_stride = static_cast<int64_t>(q_rows) * D_V;
+  float4 v[Lt::GROUP][Lt::VEC];
+  load_group<WARPS_PER_ROW>(v, g_o, piece_stride, 0, min(32, n), live_first);  // in flight during the weights
+
+  float m = l_first;
+  for (int i = 32 + lane; i < n; i += 32) m = fmaxf(m, lse_of(i));
   m = warp_max(m);
 
   const int s = row / h_q, h = row % h_q;
   float* g_lse_out = lse + (static_cast<int64_t>(r) * h_q + h) * s_q + s;  // (b, h_q, s_q) transpose of rows
   __nv_bfloat16* g_out = out + (static_cast<int64_t>(r) * q_rows + row) * D_V + col;
 
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  float acc[Lt::VEC][4] = {};
+  const bool writer = warp % WARPS_PER_ROW == 0 && lane == 0;
   if (m == -INFINITY) {  // no piece saw a token
-    if (threadIdx.x == 0) *g_lse_out = INFINITY;
+    if (writer) *g_lse_out = INFINITY;
   } else {
-    float sum = 0.f;
-    for (int i = lane; i < n; i += 32) {
-      const float l = g_lse[static_cast<int64_t>(i) * q_rows];
+    float sum = l_first == -INFINITY ? 0.f : exp2f(l_first - m);
+    for (int i = 32 + lane; i < n; i += 32) {
+      const float l = lse_of(i);
       sum += l == -INFINITY ? 0.f : exp2f(l - m);
     }
     const float lse2 = m + log2f(warp_sum(sum));
-    if (threadIdx.x == 0) *g_lse_out = lse2 * LN2;
+    if (writer) *g_lse_out = lse2 * LN2;
 
-    const float* g_o = o_accum + (static_cast<int64_t>(split_begin) * q_rows + row) * D_V + col;
-    const int64_t piece_stride = static_cast<int64_t>(q_rows) * D_V;
     for (int base = 0; base < n; base += 32) {
-      float my_w = 0.f;
-      bool my_live = false;
-      if (base + lane < n) {
-        const float l = g_lse[static_cast<int64_t>(base + lane) * q_rows];
-        my_live = l != -INFINITY;
-        my_w = my_live ? exp2f(l - lse2) : 0.f;
-      }
+      const float l = base == 0 ? l_first : (base + lane < n ? lse_of(base + lane) : -INFINITY);
+      const bool my_live = l != -INFINITY;
+      const float my_w = my_live ? exp2f(l - lse2) : 0.f;
       const unsigned live_mask = __ballot_sync(0xffffffffu, my_live);  // bit j: piece base + j is live
       const int count = min(32, n - base);
-      for (int j0 = 0; j0 < count; j0 += PIECES_IN_FLIGHT) {
-        float4 v[PIECES_IN_FLIGHT];
+      const float* g_chunk = g_o + base * piece_stride;
+      for (int j0 = 0; j0 < count; j0 += Lt::GROUP) {
+        if (base > 0 || j0 > 0) load_group<WARPS_PER_ROW>(v, g_chunk, piece_stride, j0, count, live_mask);
 #pragma unroll
-        for (int u = 0; u < PIECES_IN_FLIGHT; ++u) {
-          // Warp-uniform: past the group's end or an empty piece, whose o is not read (it may be NaN).
-          const bool live = j0 + u < count && ((live_mask >> (j0 + u)) & 1u);
-          v[u] = live ? *reinterpret_cast<const float4*>(g_o + (base + j0 + u) * piece_stride)
-                      : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
+        for (int u = 0; u < Lt::GROUP; ++u) {
+          const float w = __shfl_sync(0xffffffffu, my_w, (j0 + u) & 31);
+          if (!(j0 + u < count && ((live_mask >> (j0 + u)) & 1u))) continue;  // warp-uniform, piece order
 #pragma unroll
-        for (int u = 0; u < PIECES_IN_FLIGHT; ++u) {
-          const float w = __shfl_sync(0xffffffffu, my_w, (j0 + u) % 32);
-          if (!(j0 + u < count && ((live_mask >> (j0 + u)) & 1u))) continue;  // same rule, same order as before
-          acc[0] = fmaf(w, v[u].x, acc[0]);
-          acc[1] = fmaf(w, v[u].y, acc[1]);
-          acc[2] = fmaf(w, v[u].z, acc[2]);
-          acc[3] = fmaf(w, v[u].w, acc[3]);
+          for (int k = 0; k < Lt::VEC; ++k) {
+            acc[k][0] = fmaf(w, v[u][k].x, acc[k][0]);
+            acc[k][1] = fmaf(w, v[u][k].y, acc[k][1]);
+            acc[k][2] = fmaf(w, v[u][k].z, acc[k][2]);
+            acc[k][3] = fmaf(w, v[u][k].w, acc[k][3]);
+          }
         }
       }
     }
   }
 
-  const __nv_bfloat162 lo = __floats2bfloat162_rn(acc[0], acc[1]);
-  const __nv_bfloat162 hi = __floats2bfloat162_rn(acc[2], acc[3]);
-  uint2 packed;
-  packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-  packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-  *reinterpret_cast<uint2*>(g_out) = packed;  // 8-B store, 256 B per warp
+#pragma unroll
+  for (int k = 0; k < Lt::VEC; ++k) {
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(acc[k][0], acc[k][1]);
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(acc[k][2], acc[k][3]);
+    uint2 packed;
+    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(g_out + 128 * k) = packed;  // 8-B store, 256 B per warp per k
+  }
 }
 
 }  // namespace
 
 void launch_combine(const DecodeParams& params, cudaStream_t stream) {
-  const dim3 grid(params.q_rows, params.b);
-  launch_pdl(snapmla_combine_kernel, grid, dim3(WARPS_PER_CTA * 32), 0, stream, params.num_splits, params.o_accum,
-             params.lse_accum, params.out, params.lse, params.s_q, params.h_q, params.q_rows);
+  const int64_t rows = static_cast<int64_t>(params.b) * params.q_rows;
+  if (rows <= COMBINE_SPLIT_ROWS_MAX) {
+    launch_pdl(snapmla_combine_kernel<4>, dim3(params.q_rows, params.b), dim3(COMBINE_WARPS_PER_CTA * 32), 0, stream,
+               params.num_splits, params.o_accum, params.lse_accum, params.out, params.lse, params.s_q, params.h_q,
+               params.q_rows);
+  } else {
+    const unsigned row_ctas = (params.q_rows + COMBINE_WARPS_PER_CTA - 1) / COMBINE_WARPS_PER_CTA;
+    launch_pdl(snapmla_combine_kernel<1>, dim3(row_ctas, params.b), dim3(COMBINE_WARPS_PER_CTA * 32), 0, stream,
+               params.num_splits, params.o_accum, params.lse_accum, params.out, params.lse, params.s_q, params.h_q,
+               params.q_rows);
+  }
 }
 
 }  // namespace snapmla::combine
