@@ -36,6 +36,7 @@
 #include "kernels/sm90/decode_fp8/epilogue.cuh"
 #include "kernels/sm90/decode_fp8/exchange.cuh"
 #include "kernels/sm90/decode_fp8/narrow/pv.cuh"
+#include "kernels/sm90/decode_fp8/phase_trace.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
 #include "kernels/sm90/decode_fp8/softmax.cuh"
 #include "kernels/sm90/decode_fp8/traits.h"
@@ -68,15 +69,18 @@ __device__ __forceinline__ void issue_qk(float (&s)[32], const SharedStorage& ss
 
 // QK of the block, retired. The stage stays held until the hand-off of the block was read (kv_empty).
 // release_q: this is the warpgroup's last QK of the piece, so its use of the query tile ends here.
-__device__ __forceinline__ void qk_block(float (&s)[32], SharedStorage& ss, int block_idx, bool release_q) {
+__device__ __forceinline__ void qk_block(float (&s)[32], SharedStorage& ss, int block_idx, bool release_q,
+                                         PhaseTimer& tm) {
   const int stage = block_idx % KV_STAGES;
   mbarrier_wait(&ss.kv_full[stage], (block_idx / KV_STAGES) & 1);
+  tm.mark(TP_WAIT_KV);
   wgmma_fence_operands(s);
   wgmma_arrive();
   issue_qk(s, ss, stage);
   wgmma_commit();
   wgmma_wait<0>();
   wgmma_fence_operands(s);
+  tm.mark(TP_QK);
   if (release_q) mbarrier_arrive(&ss.q_empty[0]);
 }
 
@@ -135,10 +139,10 @@ __device__ __forceinline__ void take_handoff_state(SharedStorage& ss, int n, int
   read_block_state(smem_u32(ss.kv_rope[stage]), row0, st, o_scale);
 }
 
-// PV of block n once its hand-off is complete (the owner waits for its own 128 threads' P^T stores too).
+// PV of block n once its hand-off is complete: the caller has waited on xchg_full (the owner too, for its own 128
+// threads' P^T stores).
 __device__ __forceinline__ void pv_after_handoff(float (&o)[PV_M_TILES][32], SharedStorage& ss, int n, int wg, int warp,
-                                                 int lane, int n_valid, bool wait_handoff) {
-  if (wait_handoff) mbarrier_wait(&ss.xchg_full[n % KV_STAGES], (n / KV_STAGES) & 1);
+                                                 int lane, int n_valid) {
   if (n_valid >= BLOCK_N)
     pv_block<false>(o, ss, n, wg, warp, lane, n_valid);
   else
@@ -162,6 +166,7 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
 
   int block_idx = 0;  // running index of the piece's first block
   int piece = 0;
+  PhaseTimer tm(SNAPMLA_TRACE_BUFFER(ss, wg));  // -DSNAPMLA_TRACE_PHASES only (phase_trace.cuh)
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
     float q_mul[2];
@@ -186,11 +191,13 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
     const int first_own = (block_idx & 1) == wg ? 0 : 1;
     mbarrier_wait(&ss.q_full[0], piece & 1);  // one query tile per piece
     if (first_own >= n_blocks) mbarrier_arrive(&ss.q_empty[0]);  // no QK of this warpgroup in the piece
+    tm.mark(TP_PIECE_EDGES);
     for (int j = first_own; j < n_blocks; j += 2) {
       const int n = block_idx + j;
       const int stage = n % KV_STAGES;
       float s[32];
-      qk_block(s, ss, n, j + 2 >= n_blocks);
+      tm.count_block();
+      qk_block(s, ss, n, j + 2 >= n_blocks, tm);
       const int blk = pc.blk_begin + j;
       const int n_vis[2] = {limit[0] - blk * BLOCK_N, limit[1] - blk * BLOCK_N};
       // A warp whose 16 rows are all padding (rows >= q_rows) skips the softmax and the packing: its P stays 0.
@@ -202,9 +209,11 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
         else
           softmax_logits<true>(s, ss.kv_scale[stage], q_mul, n_vis, t, two_rows, mx);
       }
+      tm.mark(TP_SOFTMAX_LOGITS);
       // The previous block (the other warpgroup's) gives the state this block starts from.
       float o_scale_prev[2] = {1.f, 1.f};
       if (j > 0) take_handoff_state(ss, n - 1, row0, st, o_scale_prev);
+      tm.mark(TP_WAIT_HANDOFF);
       float o_scale[2] = {1.f, 1.f};
       {
         uint32_t p_blk[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -218,19 +227,27 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
         publish_block(smem_u32(ss.kv_rope[stage]), p_blk, st, o_scale, row0, t);
         mbarrier_arrive(&ss.xchg_full[stage]);
       }
-      if (j > 0) pv_after_handoff(o, ss, n - 1, wg, warp, lane, pc.seqlen - (blk - 1) * BLOCK_N, false);
-      pv_after_handoff(o, ss, n, wg, warp, lane, pc.seqlen - blk * BLOCK_N, true);
+      tm.mark(TP_SOFTMAX_PUBLISH);
+      if (j > 0) pv_after_handoff(o, ss, n - 1, wg, warp, lane, pc.seqlen - (blk - 1) * BLOCK_N);
+      tm.mark(TP_PV_PREV);
+      mbarrier_wait(&ss.xchg_full[stage], (n / KV_STAGES) & 1);  // the own hand-off: all 128 threads' stores
+      tm.mark(TP_WAIT_OWN);
+      pv_after_handoff(o, ss, n, wg, warp, lane, pc.seqlen - blk * BLOCK_N);
+      tm.mark(TP_PV_OWN);
     }
     // A last block owned by the other warpgroup: its hand-off carries the final state of the piece.
     if (n_blocks > 0 && ((block_idx + n_blocks - 1) & 1) != wg) {
       const int n = block_idx + n_blocks - 1;
       float o_scale_last[2];
       take_handoff_state(ss, n, row0, st, o_scale_last);
-      pv_after_handoff(o, ss, n, wg, warp, lane, pc.seqlen - (pc.blk_end - 1) * BLOCK_N, false);
+      pv_after_handoff(o, ss, n, wg, warp, lane, pc.seqlen - (pc.blk_end - 1) * BLOCK_N);
     }
+    tm.mark(TP_PIECE_EDGES);
     block_idx += n_blocks;
     store_piece(p, ss, req, piece_split(p, row, req), m_tile, wg, warp, lane, o, st);
+    tm.mark(TP_EPILOGUE);
   }
+  tm.print(wg);
 }
 
 }  // namespace snapmla::sm90::decode_fp8

@@ -36,6 +36,8 @@ static_assert(KvTraits<__nv_fp8_e4m3>::ELEM_BYTES == kvl::CONTENT_ELEM_BYTES, "k
 //   kv_scale     1024  (4 stages x 64 fp32)
 //   row_state    2048  (per math warpgroup, per tile row: {m, inv, L~}, read by columns in the epilogue)
 //   barriers      ~130
+inline constexpr int TRACE_SLOTS = 16;  // per math warpgroup, -DSNAPMLA_TRACE_PHASES only (phase_trace.cuh)
+
 struct alignas(1024) SharedStorage {
   static constexpr int kStages = KV_STAGES, kQBufs = 1;
   uint8_t q_content[CONTENT_TILES][Q_CONTENT_TILE_BYTES];
@@ -49,6 +51,9 @@ struct alignas(1024) SharedStorage {
   uint64_t xchg_full[KV_STAGES]; // WG_THREADS arrivals: the owner wrote the hand-off into kv_rope (exchange.cuh)
   uint64_t q_full[1];            // TMA: q_tx_bytes(rows_per_warp), one arrival
   uint64_t q_empty[1];           // MATH_THREADS arrivals (each math warpgroup's last QK of the piece retired)
+#ifdef SNAPMLA_TRACE_PHASES
+  unsigned long long trace[NUM_MATH_WG][TRACE_SLOTS];  // debug build only: phase_trace.cuh
+#endif
 };
 
 // Dynamic shared memory requested at launch: the struct plus slack to align the base to 1024 B.
