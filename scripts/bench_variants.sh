@@ -6,8 +6,10 @@
 # per case and its ratio to the first variant, and writes all of it as one JSON, $OUT/bench_variants_<time>.json
 # (the device call brings back at most 8 files: per-variant logs stay in /tmp/variant_<name>/, build logs of
 # failed builds are copied to $OUT).
-#   SNAPMLA_VARIANTS="name:csrc_dir:flags;..."   csrc_dir "." = this tree's csrc, else a path to a csrc copy
-#                                               (e.g. under .out/, carried); flags e.g. -DSNAPMLA_PV_DEPTH=3
+#   SNAPMLA_VARIANTS="name:csrc_dir:flags;..."   csrc_dir "." = this tree's csrc, "+file.patch" = this tree with
+#                                               a patch applied (patch -p1, e.g. docs/experiments/*.patch), else
+#                                               a path to a csrc copy (e.g. under .out/, carried); flags e.g.
+#                                               -DSNAPMLA_TRACE_PHASES
 #   SNAPMLA_VARIANT_TESTS="tests/test_decode_kernel_gpu.py" (default), SNAPMLA_VARIANT_CASES="" (bench_decode
 #   --cases substring; default: --quick), SNAPMLA_GIT_REV (recorded in the JSON)
 set -uo pipefail
@@ -25,7 +27,11 @@ for v in "${VARIANTS[@]}"; do
   dir=/tmp/variant_$name
   rm -rf "$dir"; mkdir -p "$dir"
   tar -C "$ROOT" --exclude=./build --exclude=./.git --exclude=./.out --exclude=./.whl -cf - . | tar -C "$dir" -xf -
-  if [ "$src" != "." ]; then rm -rf "$dir/csrc"; cp -r "$ROOT/$src" "$dir/csrc"; fi
+  if [[ $src == +* ]]; then
+    # "+path.patch": this tree with the patch applied (docs/experiments/: experiments kept as patches, since
+    # branches do not survive between sessions).
+    ( cd "$dir" && patch -s -p1 < "$ROOT/${src#+}" ) || { echo "PATCH FAILED: $name"; continue; }
+  elif [ "$src" != "." ]; then rm -rf "$dir/csrc"; cp -r "$ROOT/$src" "$dir/csrc"; fi
   ( cd "$dir" && NVCC_APPEND_FLAGS="$flags" MAX_JOBS=$jobs_each NVCC_THREADS=1 \
       python3 setup.py build_ext --inplace > "$dir/build.log" 2>&1 \
       || { echo "BUILD FAILED: $name"; cp "$dir/build.log" "$OUT/build_$name.log"; } ) &
