@@ -370,6 +370,32 @@ def test_fake_impls_trace(requires_ext):
     assert lse_meta.shape == (B, H_Q, S_Q) and lse_meta.dtype == torch.float32
 
 
+def test_fake_impls_trace_bf16_q(requires_ext):
+    """A BF16 q goes to the one op that quantizes, decodes and combines (decode_fp8_bf16q): traced with fake CUDA
+    tensors (no GPU needed), the graph holds that op and no separate quantize_q."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def step(q, kv_cache, block_table, cache_seqlens):
+        meta, splits = get_mla_metadata(cache_seqlens, S_Q * H_Q, 1, num_sm_parts=PARTS)
+        return flash_mla_with_kvcache(q, kv_cache, block_table, cache_seqlens, 512, meta, splits, causal=True)
+
+    with FakeTensorMode():
+        inputs = (
+            torch.empty(B, S_Q, H_Q, L.D_QK, dtype=torch.bfloat16, device="cuda"),
+            torch.empty(NUM_BLOCKS, L.PAGE_BYTES, dtype=torch.uint8, device="cuda"),
+            torch.empty(B, MAX_PAGES, dtype=torch.int32, device="cuda"),
+            torch.empty(B, dtype=torch.int32, device="cuda"),
+        )
+    gm = make_fx(step, tracing_mode="fake")(*inputs)
+    targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert "snapmla.decode_fp8_bf16q.default" in targets and "snapmla.quantize_q.default" not in targets
+    outs = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    out_meta, lse_meta = (o.meta["val"] for o in outs)
+    assert out_meta.shape == (B, S_Q, H_Q, 512) and out_meta.dtype == torch.bfloat16
+    assert lse_meta.shape == (B, H_Q, S_Q) and lse_meta.dtype == torch.float32
+
+
 # ---- decode_fp8_bf16q (BF16 q: Fused-Q-Quant's checks on q, then the checks above on the rest) ----
 
 

@@ -126,3 +126,18 @@ def test_pdl_env_is_checked(monkeypatch):
     monkeypatch.setenv("SNAPMLA_PDL", "yes")
     with pytest.raises(RuntimeError, match="SNAPMLA_PDL must be 0 or 1, got 'yes'"):
         _run(p, 1, 16, False, None)
+
+
+def test_bf16_q_entry_matches_prequantized_q():
+    """flash_mla_with_kvcache with a BF16 q (decode_fp8_bf16q: Fused-Q-Quant launched inside the decode op) gives
+    the same bits as quantizing q first (snapmla_ext.ops.quantize_q) and passing the QuantizedQ."""
+    from snapmla_ext import ops
+
+    p = make_paged_inputs(3, 2, 64, [3000, 0, 129], seed=21, device="cuda")
+    meta, splits = get_mla_metadata(p.cache_seqlens, 2 * 64, 1, num_sm_parts=20)
+    fused = flash_mla_with_kvcache(p.q, p.cache, p.block_table, p.cache_seqlens, L.D_CONTENT, meta, splits, causal=True)
+    split = flash_mla_with_kvcache(ops.quantize_q(p.q), p.cache, p.block_table, p.cache_seqlens, L.D_CONTENT, meta,
+                                   splits, causal=True)
+    torch.cuda.synchronize()
+    assert torch.equal(fused[0].view(torch.int16), split[0].view(torch.int16))
+    assert torch.equal(fused[1].view(torch.int32), split[1].view(torch.int32))
