@@ -127,9 +127,8 @@ def time_with_env(fn, H, name: str, value: str) -> float:
             os.environ[name] = old
 
 
-def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False) -> H.Result:
-    from snapmla_ext.decode_ops import flash_mla_with_kvcache, get_mla_metadata
-
+def case_inputs(case: Case):
+    """The case's seqlens (CPU), its block table of pages in random order (CUDA), the page count and q (CUDA)."""
     gen = torch.Generator().manual_seed(case.b * 7 + case.s_k)
     seqlens_cpu = seqlens_of(case, gen)
     pages = [math.ceil(int(n) / L.PAGE_BLOCK_SIZE) for n in seqlens_cpu]
@@ -142,9 +141,15 @@ def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False) -> H.
     for i, n in enumerate(pages):
         block_table[i, :n] = order[start : start + n]
         start += n
-    block_table, seqlens = block_table.cuda(), seqlens_cpu.cuda()
     q = (torch.randn(case.b, case.s_q, case.h_q, L.D_QK, device="cuda") * 0.1).to(torch.bfloat16)
+    return seqlens_cpu, block_table.cuda(), num_blocks, q
 
+
+def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False) -> H.Result:
+    from snapmla_ext.decode_ops import flash_mla_with_kvcache, get_mla_metadata
+
+    seqlens_cpu, block_table, num_blocks, q = case_inputs(case)
+    seqlens = seqlens_cpu.cuda()
     cache = random_snapmla_cache(num_blocks, seed=case.s_k)
     meta, splits = get_mla_metadata(seqlens, case.s_q * case.h_q, 1)
     fn = lambda: flash_mla_with_kvcache(q, cache, block_table, seqlens, L.D_CONTENT, meta, splits)  # noqa: E731

@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.bench_decode import ANCHOR_CASES, SMALL_BATCH_CASES, flash_mla_baseline, random_snapmla_cache, seqlens_of  # noqa: E402
+from bench.bench_decode import ANCHOR_CASES, SMALL_BATCH_CASES, case_inputs, flash_mla_baseline, random_snapmla_cache  # noqa: E402
 from snapmla_ext import layout as L  # noqa: E402
 
 
@@ -45,22 +45,6 @@ def kernel_times(fn, iters: int) -> tuple[dict[str, float], float]:
     return dict(per_kernel), sum(spans) / len(spans) if spans else 0.0
 
 
-def build(case_name: str):
-    case = next(c for c in ANCHOR_CASES + SMALL_BATCH_CASES if c.name == case_name)
-    gen = torch.Generator().manual_seed(case.b * 7 + case.s_k)
-    seqlens_cpu = seqlens_of(case, gen)
-    pages = [-(-int(n) // L.PAGE_BLOCK_SIZE) for n in seqlens_cpu]
-    num_blocks = sum(pages)
-    order = torch.randperm(num_blocks, generator=gen).to(torch.int32)
-    block_table = torch.zeros(case.b, max(pages), dtype=torch.int32)
-    start = 0
-    for i, n in enumerate(pages):
-        block_table[i, :n] = order[start : start + n]
-        start += n
-    q = (torch.randn(case.b, case.s_q, case.h_q, L.D_QK, device="cuda") * 0.1).to(torch.bfloat16)
-    return case, q, block_table.cuda(), seqlens_cpu.cuda(), num_blocks
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", required=True, help="comma-separated case names of bench_decode.py")
@@ -70,7 +54,9 @@ def main() -> None:
 
     fm = flash_mla_baseline()
     for name in args.cases.split(","):
-        case, q, block_table, seqlens, num_blocks = build(name)
+        case = next(c for c in ANCHOR_CASES + SMALL_BATCH_CASES if c.name == name)
+        seqlens_cpu, block_table, num_blocks, q = case_inputs(case)
+        seqlens = seqlens_cpu.cuda()
         cache = random_snapmla_cache(num_blocks, seed=case.s_k)
         meta, splits = get_mla_metadata(seqlens, case.s_q * case.h_q, 1)
         calls = {"snapmla": lambda: flash_mla_with_kvcache(q, cache, block_table, seqlens, L.D_CONTENT, meta, splits)}

@@ -13,7 +13,7 @@ import torch
 from snapmla_ext import layout as L
 from snapmla_ext import reference
 from snapmla_ext.decode_ops import NARROW_MAX_Q_ROWS, flash_mla_with_kvcache, get_mla_metadata
-from utils.compare import cos_diff, max_abs, rel_l2
+from utils.compare import assert_same_decode_bits, cos_diff, max_abs, rel_l2
 from utils.data import make_paged_inputs
 
 pytestmark = pytest.mark.gpu
@@ -95,8 +95,7 @@ def test_kernel_is_deterministic(monkeypatch, s_q, h_q):
     p = make_paged_inputs(3, s_q, h_q, [5000, 64, 777], seed=7, device="cuda")
     a = _run(p, s_q, h_q, True, 30)
     b = _run(p, s_q, h_q, True, 30)
-    assert torch.equal(a[0].view(torch.int16), b[0].view(torch.int16))
-    assert torch.equal(a[1].view(torch.int32), b[1].view(torch.int32))
+    assert_same_decode_bits(a, b)
 
 
 def test_kernel_choice_env_is_checked(monkeypatch):
@@ -117,8 +116,7 @@ def test_pdl_launch_is_bit_identical(monkeypatch, s_q, h_q):
     plain = _run(p, s_q, h_q, True, 30)
     monkeypatch.setenv("SNAPMLA_PDL", "1")
     pdl = _run(p, s_q, h_q, True, 30)
-    assert torch.equal(plain[0].view(torch.int16), pdl[0].view(torch.int16))
-    assert torch.equal(plain[1].view(torch.int32), pdl[1].view(torch.int32))
+    assert_same_decode_bits(plain, pdl)
 
 
 def test_pdl_env_is_checked(monkeypatch):
@@ -139,5 +137,4 @@ def test_bf16_q_entry_matches_prequantized_q():
     split = flash_mla_with_kvcache(ops.quantize_q(p.q), p.cache, p.block_table, p.cache_seqlens, L.D_CONTENT, meta,
                                    splits, causal=True)
     torch.cuda.synchronize()
-    assert torch.equal(fused[0].view(torch.int16), split[0].view(torch.int16))
-    assert torch.equal(fused[1].view(torch.int32), split[1].view(torch.int32))
+    assert_same_decode_bits(fused, split)

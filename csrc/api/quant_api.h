@@ -16,8 +16,8 @@ struct PreparedQQuant {
   quant::QQuantParams params;
 };
 
-// Checks q ((b, s_q, h_q, 576) bf16, CUDA; messages name "q") and allocates the outputs; launches nothing.
-// The caller holds a CUDAGuard for q's device while it allocates.
+// Checks q ((b, s_q, h_q, 576) bf16, CUDA; messages name "q") and allocates the outputs on q's device;
+// launches nothing (the caller launches quant::launch_q_quant(params) on q's device).
 PreparedQQuant prepare_quantize_q(const at::Tensor& q);
 
 }  // namespace snapmla

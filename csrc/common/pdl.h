@@ -4,9 +4,9 @@
 // each kernel waits (griddep_wait) before its first global access, so results are bit-identical to plain
 // launches. Inside a CUDA-graph capture the attribute becomes a programmatic edge.
 // Off by default; SNAPMLA_PDL=1 turns it on (read per call, so tests and benchmarks compare both in one
-// process). Measured on the H200 (2026-12-01, bench_decode --pdl-ab, neighbouring timings in one process): no
-// change from b = 64 (0.98-1.01x), 1.07x for the narrow kernel at b = 1, but 0.71-0.95x for the wide kernel at
-// b = 1..16 with 8k tokens (b1 h64: 44.3 us plain, 62.4 us with PDL). Not understood yet (docs/decode_kernel.md).
+// process). Measured on the H200 (2026-12-01, bench_decode --pdl-ab, neighbouring timings in one process), with
+// the three kernels launched by one op: 0.88-0.90x at b = 1, 0.99-1.05x at b = 4 / 16, 0.95-1.06x at b = 64
+// (before that op, 0.71-0.83x for the wide kernel at b = 1 / 4). Not understood yet (docs/decode_kernel.md).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -123,3 +123,9 @@ def assert_bitwise_equal(actual: torch.Tensor, expected: torch.Tensor, name: str
             f"{name}: {int(diff.sum())} of {diff.numel()} elements differ; first at {where}: "
             f"actual {av.item()} (bits {a[where].item():#x}), expected {ev.item()} (bits {e[where].item():#x})"
         )
+
+
+def assert_same_decode_bits(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """Two (out bf16, lse fp32) results of the decode call are bit-identical (NaN payloads and -0 included)."""
+    assert torch.equal(a[0].view(torch.int16), b[0].view(torch.int16)), "out differs"
+    assert torch.equal(a[1].view(torch.int32), b[1].view(torch.int32)), "lse differs"

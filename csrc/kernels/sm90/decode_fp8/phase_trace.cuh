@@ -2,8 +2,8 @@
 // (mainloop.cuh run_math). Thread 0 of each math warpgroup adds clock() deltas into SharedStorage::trace (traits.h)
 // and, at the end of the kernel, CTAs (0, 0) and (0, gridDim.y / 2) print their totals and the per-own-block
 // means with printf. The default build compiles the timer to nothing (SASS unchanged, tests/test_sass.py).
-// Run: a variant with this flag in scripts/bench_variants.sh (remove build/ first: ninja does not track
-// NVCC_APPEND_FLAGS), then one case of bench/bench_decode.py; the v8 trace of docs/decode_kernel.md is the model.
+// Run: a variant with this flag in scripts/bench_variants.sh (each variant builds from scratch in its own copy),
+// which runs bench/bench_decode.py; the v8 trace of docs/decode_kernel.md is the model.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +32,6 @@ enum TracePhase : int {
 static_assert(TP_COUNT <= TRACE_SLOTS, "SharedStorage::trace (traits.h) has TRACE_SLOTS entries per warpgroup");
 
 #ifdef SNAPMLA_TRACE_PHASES
-inline constexpr bool TRACE_PHASES = true;
 
 struct PhaseTimer {
   unsigned long long* acc;  // SharedStorage::trace[wg], TP_COUNT entries, written by one thread only
@@ -68,7 +67,6 @@ struct PhaseTimer {
 };
 #define SNAPMLA_TRACE_BUFFER(ss, wg) ((ss).trace[wg])
 #else
-inline constexpr bool TRACE_PHASES = false;
 #define SNAPMLA_TRACE_BUFFER(ss, wg) nullptr
 
 struct PhaseTimer {
