@@ -135,7 +135,9 @@ def test_pdl_wait_precedes_every_global_access(sass_by_function):
     decode kernels let the next kernel launch early (griddepcontrol.launch_dependents = PREEXIT)."""
     kernels = _kernels(sass_by_function, "q_quant_kernel", "snapmla_decode_fp8_kernel",
                        "snapmla_decode_fp8_narrow_kernel", "snapmla_combine_kernel")
-    assert len(kernels) == 5, sorted(kernels)  # Q-quant, two decode kernels, the combine's two layouts
+    # Q-quant, two decode kernels, the combine's layouts: one warp per row, and one row per CTA with 1, 2 or 4
+    # piece sets (combine/launch.h combine_piece_groups).
+    assert len(kernels) == 7, sorted(kernels)
     for name, sass in kernels.items():
         wait = sass.find("ACQBULK")
         assert wait >= 0, f"{name}: no griddepcontrol.wait"

@@ -7,10 +7,14 @@
 //   lse = lse2 * ln 2 (natural log); a row whose pieces are all empty gets o = 0, lse = +inf.
 // Empty pieces are skipped by select, never weighted by 0: their o_accum rows are not guaranteed to be finite.
 //
-// Work split, two layouts of one template (WARPS_PER_ROW), chosen on the host by the number of rows (launch.h):
+// Work split, one template (WARPS_PER_ROW, PIECE_GROUPS), the layout chosen on the host (launch.h):
 //   - WARPS_PER_ROW = 4, few rows (b * q_rows <= COMBINE_SPLIT_ROWS_MAX; small batch, where each request has
-//     many pieces: b = 1, h_q = 64, 8k tokens is 64 rows x 65 pieces, 8.5 MB): one CTA of 4 warps per row, warp
-//     q owns columns 128 q .., lane l one float4; 8 pieces' loads in flight per lane.
+//     many pieces: b = 1, h_q = 64, 8k tokens is 64 rows x 65 pieces, 8.5 MB): one CTA per row, 4 warps per
+//     column set (warp q owns columns 128 q .., lane l one float4), 8 pieces' loads in flight per lane.
+//     PIECE_GROUPS = 1, 2 or 4 such sets of 4 warps split the row's load groups (8 pieces each) round robin, so
+//     a row with 65 pieces waits for 3 dependent load rounds instead of 9; the sets' partial sums meet in
+//     shared memory and set 0 adds them in set order (launch.h combine_piece_groups: from the expected number
+//     of pieces per request, since the host never reads the device-side plan).
 //   - WARPS_PER_ROW = 1, many rows (b = 64, h_q = 128: 8192 rows x ~2 pieces): 4 rows per CTA, one warp per row,
 //     lane l the float4s at columns 4 l + 128 k (k < 4); 2 pieces (8 loads) in flight per lane.
 // H200, 2026-12-01: one warp per row walking pieces one load group at a time took 20.1 us at b1 h64 (4 warps
@@ -18,8 +22,8 @@
 // dependent global loads; one warp per row had taken 10.5 us).
 // Latency per CTA: num_splits -> the first 32 pieces' lse (kept in a register for the max, the sum and the
 // weights) -> the o loads of the first group, issued before the weights are computed -> FMAs -> store.
-// Each column is summed in piece order in both layouts (fixed shuffle trees for m and the sum): the result is
-// bit-reproducible and the same whichever layout runs.
+// Each piece set sums its columns in piece order and the sets are added in a fixed order: the result is
+// bit-reproducible for a given layout (layouts differ only in fp32 summation order).
 #include <cuda_bf16.h>
 
 #include "common/cuda_check.h"
@@ -50,7 +54,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 template <int WARPS_PER_ROW>
 struct Layout {
-  static constexpr int ROWS_PER_CTA = COMBINE_WARPS_PER_CTA / WARPS_PER_ROW;  // 1 or 4
+  static constexpr int ROWS_PER_CTA = COMBINE_WARPS_PER_CTA / WARPS_PER_ROW;  // 1 or 4 (per piece set)
   static constexpr int VEC = D_V / WARPS_PER_ROW / (32 * 4);                 // float4 per lane: 1 or 4
   static constexpr int GROUP = LOADS_IN_FLIGHT / VEC;                        // pieces per load group: 8 or 2
   static_assert(VEC * WARPS_PER_ROW * 32 * 4 == D_V && GROUP * VEC == LOADS_IN_FLIGHT, "whole float4 columns");
@@ -73,8 +77,8 @@ __device__ __forceinline__ void load_group(float4 (&v)[Layout<WARPS_PER_ROW>::GR
   }
 }
 
-template <int WARPS_PER_ROW>
-__global__ void __launch_bounds__(COMBINE_WARPS_PER_CTA * 32)
+template <int WARPS_PER_ROW, int PIECE_GROUPS>
+__global__ void __launch_bounds__(COMBINE_WARPS_PER_CTA * 32 * PIECE_GROUPS)
     snapmla_combine_kernel(const int* __restrict__ num_splits,   // (b + 1,)
                            const float* __restrict__ o_accum,    // (total_splits, q_rows, 512)
                            const float* __restrict__ lse_accum,  // (total_splits, q_rows)
@@ -82,14 +86,26 @@ __global__ void __launch_bounds__(COMBINE_WARPS_PER_CTA * 32)
                            float* __restrict__ lse,              // (b, h_q, s_q)
                            int s_q, int h_q, int q_rows) {
   using Lt = Layout<WARPS_PER_ROW>;
+  static_assert(PIECE_GROUPS == 1 || (WARPS_PER_ROW == 4 && (PIECE_GROUPS == 2 || PIECE_GROUPS == 4)),
+                "piece sets only in the one-row-per-CTA layout (a CTA-uniform row and piece count)");
+  static_assert((32 / Lt::GROUP) % PIECE_GROUPS == 0, "every 32-piece chunk starts at load group 0 of set 0");
+  // Partial sums of sets 1 .. PIECE_GROUPS - 1: per set, thread, float4 column (4 KB per set x 128 threads).
+  __shared__ float4 partial[PIECE_GROUPS > 1 ? PIECE_GROUPS - 1 : 1][COMBINE_WARPS_PER_CTA * 32][Lt::VEC];
   griddep_wait();  // PDL (common/pdl.h): the decode kernel's partial results are complete and visible
   const int r = blockIdx.y;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // Piece set: load groups set, set + PIECE_GROUPS, ... of each chunk (a constant 0 for one set).
+  const int set = PIECE_GROUPS > 1 ? static_cast<int>(threadIdx.x) / (COMBINE_WARPS_PER_CTA * 32) : 0;
+  const int set_tid = PIECE_GROUPS > 1 ? static_cast<int>(threadIdx.x) % (COMBINE_WARPS_PER_CTA * 32)
+                                       : static_cast<int>(threadIdx.x);
+  const int warp = set_tid / 32, lane = threadIdx.x % 32;
   const int row = blockIdx.x * Lt::ROWS_PER_CTA + warp / WARPS_PER_ROW;
   const int split_begin = num_splits[r];
   const int n = num_splits[r + 1] - split_begin;
+  // CTA-uniform when PIECE_GROUPS > 1 (one row per CTA), so no thread leaves before the __syncthreads below.
   if (n <= 1 || row >= q_rows) return;  // n <= 1: written by the decode kernel
   const int col = (D_V / WARPS_PER_ROW) * (warp % WARPS_PER_ROW) + 4 * lane;  // first column of the lane
+  const int first_j0 = set * Lt::GROUP;  // the set's first load group inside each 32-piece chunk
+  constexpr int J0_STEP = PIECE_GROUPS * Lt::GROUP;
 
   const float* g_lse = lse_accum + static_cast<int64_t>(split_begin) * q_rows + row;  // stride q_rows per piece
   auto lse_of = [&](int i) { return g_lse[static_cast<int64_t>(i) * q_rows]; };
@@ -98,7 +114,8 @@ __global__ void __launch_bounds__(COMBINE_WARPS_PER_CTA * 32)
   const float* g_o = o_accum + (static_cast<int64_t>(split_begin) * q_rows + row) * D_V + col;
   const int64_t piece_stride = static_cast<int64_t>(q_rows) * D_V;
   float4 v[Lt::GROUP][Lt::VEC];
-  load_group<WARPS_PER_ROW>(v, g_o, piece_stride, 0, min(32, n), live_first);  // in flight during the weights
+  // In flight during the weights.
+  load_group<WARPS_PER_ROW>(v, g_o, piece_stride, first_j0, min(32, n), live_first);
 
   float m = l_first;
   for (int i = 32 + lane; i < n; i += 32) m = fmaxf(m, lse_of(i));
@@ -109,7 +126,7 @@ __global__ void __launch_bounds__(COMBINE_WARPS_PER_CTA * 32)
   __nv_bfloat16* g_out = out + (static_cast<int64_t>(r) * q_rows + row) * D_V + col;
 
   float acc[Lt::VEC][4] = {};
-  const bool writer = warp % WARPS_PER_ROW == 0 && lane == 0;
+  const bool writer = set == 0 && warp % WARPS_PER_ROW == 0 && lane == 0;
   if (m == -INFINITY) {  // no piece saw a token
     if (writer) *g_lse_out = INFINITY;
   } else {
@@ -128,8 +145,8 @@ __global__ void __launch_bounds__(COMBINE_WARPS_PER_CTA * 32)
       const unsigned live_mask = __ballot_sync(0xffffffffu, my_live);  // bit j: piece base + j is live
       const int count = min(32, n - base);
       const float* g_chunk = g_o + base * piece_stride;
-      for (int j0 = 0; j0 < count; j0 += Lt::GROUP) {
-        if (base > 0 || j0 > 0) load_group<WARPS_PER_ROW>(v, g_chunk, piece_stride, j0, count, live_mask);
+      for (int j0 = first_j0; j0 < count; j0 += J0_STEP) {
+        if (base > 0 || j0 > first_j0) load_group<WARPS_PER_ROW>(v, g_chunk, piece_stride, j0, count, live_mask);
 #pragma unroll
         for (int u = 0; u < Lt::GROUP; ++u) {
           const float w = __shfl_sync(0xffffffffu, my_w, (j0 + u) & 31);
@@ -146,6 +163,26 @@ __global__ void __launch_bounds__(COMBINE_WARPS_PER_CTA * 32)
     }
   }
 
+  if constexpr (PIECE_GROUPS > 1) {
+    if (set > 0) {
+#pragma unroll
+      for (int k = 0; k < Lt::VEC; ++k)
+        partial[set - 1][set_tid][k] = make_float4(acc[k][0], acc[k][1], acc[k][2], acc[k][3]);
+    }
+    __syncthreads();
+    if (set > 0) return;
+#pragma unroll
+    for (int g = 0; g < PIECE_GROUPS - 1; ++g) {
+#pragma unroll
+      for (int k = 0; k < Lt::VEC; ++k) {
+        const float4 q = partial[g][set_tid][k];
+        acc[k][0] += q.x;
+        acc[k][1] += q.y;
+        acc[k][2] += q.z;
+        acc[k][3] += q.w;
+      }
+    }
+  }
 #pragma unroll
   for (int k = 0; k < Lt::VEC; ++k) {
     const __nv_bfloat162 lo = __floats2bfloat162_rn(acc[k][0], acc[k][1]);
@@ -157,19 +194,25 @@ __global__ void __launch_bounds__(COMBINE_WARPS_PER_CTA * 32)
   }
 }
 
+template <int WARPS_PER_ROW, int PIECE_GROUPS>
+void launch_layout(const DecodeParams& params, unsigned row_ctas, cudaStream_t stream) {
+  launch_pdl(snapmla_combine_kernel<WARPS_PER_ROW, PIECE_GROUPS>, dim3(row_ctas, params.b),
+             dim3(COMBINE_WARPS_PER_CTA * 32 * PIECE_GROUPS), 0, stream, params.num_splits, params.o_accum,
+             params.lse_accum, params.out, params.lse, params.s_q, params.h_q, params.q_rows);
+}
+
 }  // namespace
 
 void launch_combine(const DecodeParams& params, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(params.b) * params.q_rows;
   if (rows <= COMBINE_SPLIT_ROWS_MAX) {
-    launch_pdl(snapmla_combine_kernel<4>, dim3(params.q_rows, params.b), dim3(COMBINE_WARPS_PER_CTA * 32), 0, stream,
-               params.num_splits, params.o_accum, params.lse_accum, params.out, params.lse, params.s_q, params.h_q,
-               params.q_rows);
+    switch (combine_piece_groups(params.b, params.num_sm_parts)) {
+      case 4: launch_layout<4, 4>(params, params.q_rows, stream); break;
+      case 2: launch_layout<4, 2>(params, params.q_rows, stream); break;
+      default: launch_layout<4, 1>(params, params.q_rows, stream); break;
+    }
   } else {
-    const unsigned row_ctas = (params.q_rows + COMBINE_WARPS_PER_CTA - 1) / COMBINE_WARPS_PER_CTA;
-    launch_pdl(snapmla_combine_kernel<1>, dim3(row_ctas, params.b), dim3(COMBINE_WARPS_PER_CTA * 32), 0, stream,
-               params.num_splits, params.o_accum, params.lse_accum, params.out, params.lse, params.s_q, params.h_q,
-               params.q_rows);
+    launch_layout<1, 1>(params, (params.q_rows + COMBINE_WARPS_PER_CTA - 1) / COMBINE_WARPS_PER_CTA, stream);
   }
 }
 

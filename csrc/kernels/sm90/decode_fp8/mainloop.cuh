@@ -158,11 +158,10 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
   const int row0 = 16 * warp + lane / 4;
   const int m_tile = blockIdx.x;
   // Query rows of this warp: launch.h rows_per_warp. Warp-uniform: live_rows (any of them is a real query row:
-  // at h_q = 16 every warp holds 4) and two_rows (the thread's second rows r0 + 8 are real rows too).
+  // at h_q = 16 every warp holds 4). The softmax runs both of a thread's rows even when r0 + 8 is padding.
   const int rpw = rows_per_warp(p.q_rows);
   const int warp_q_row0 = warp_first_q_row(m_tile, warp, rpw);
   const bool live_rows = warp_q_row0 < p.q_rows;
-  const bool two_rows = rpw > 8;
 
   int block_idx = 0;  // running index of the piece's first block
   int piece = 0;
@@ -205,9 +204,9 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
       const bool whole = n_vis[0] >= BLOCK_N && n_vis[1] >= BLOCK_N;
       if (live_rows) {
         if (whole)
-          softmax_logits<false>(s, ss.kv_scale[stage], q_mul, n_vis, t, two_rows, mx);
+          softmax_logits<false>(s, ss.kv_scale[stage], q_mul, n_vis, t, mx);
         else
-          softmax_logits<true>(s, ss.kv_scale[stage], q_mul, n_vis, t, two_rows, mx);
+          softmax_logits<true>(s, ss.kv_scale[stage], q_mul, n_vis, t, mx);
       }
       tm.mark(TP_SOFTMAX_LOGITS);
       // The previous block (the other warpgroup's) gives the state this block starts from.
@@ -219,9 +218,9 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
         uint32_t p_blk[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         if (live_rows) {
           if (whole)
-            softmax_probs<false>(s, ss.kv_scale[stage], mx, n_vis, t, two_rows, st, o_scale);
+            softmax_probs<false>(s, ss.kv_scale[stage], mx, n_vis, t, st, o_scale);
           else
-            softmax_probs<true>(s, ss.kv_scale[stage], mx, n_vis, t, two_rows, st, o_scale);
+            softmax_probs<true>(s, ss.kv_scale[stage], mx, n_vis, t, st, o_scale);
           pack_p(s, st, p_blk);
         }
         publish_block(smem_u32(ss.kv_rope[stage]), p_blk, st, o_scale, row0, t);

@@ -79,18 +79,18 @@ __device__ __forceinline__ void load_k_scales(const float (&k_scale)[BLOCK_N], i
 // 16 columns as float2: 8 LDS.64 again rather than 16 registers held across the hand-off wait). q_mul[r]: q_scale * softmax_scale * log2 e of row r; n_vis[r]: visible tokens of
 // row r in this block (<= 0: none, >= 64: all). mx[r]: the row's block maximum (-inf when nothing is visible).
 // MASKED = false is the path for blocks both rows see whole (all but the last block or two of a piece): no
-// selects, 2 x 32 instructions per thread fewer over both halves. two_rows = false (warp-uniform: the warp's
-// second rows are all padding, launch.h rows_per_warp <= 8) skips row r0 + 8: its s stays as it is, its state
-// is untouched, and its P (packed from whatever s holds) only reaches padding rows of O~.
+// selects, 2 x 32 instructions per thread fewer over both halves.
+// Both rows always run, without a branch between them, so the compiler interleaves their dependent chains
+// (quad shuffles, the divisions and exp2f of half 2): with a warp-uniform skip of row r0 + 8 (when it is
+// padding) the two chains ran one after the other. A padding row (past q_rows) has q_mul = 0 and sees every
+// token (schedule.cuh), so its logits are 0 and its state, P and O~ columns stay finite and are never stored.
 template <bool MASKED>
 __device__ __forceinline__ void softmax_logits(float (&s)[32], const float (&k_scale)[BLOCK_N], const float (&q_mul)[2],
-                                               const int (&n_vis)[2], int t, bool two_rows, float (&mx)[2]) {
+                                               const int (&n_vis)[2], int t, float (&mx)[2]) {
   float ks[16];
   load_k_scales(k_scale, t, ks);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    mx[r] = -INFINITY;
-    if (r == 1 && !two_rows) break;
     // Column 8i + 2t + e is visible iff 8i + e < n_vis - 2t: one register, immediates for the 16 columns.
     const int vis_lim = n_vis[r] - 2 * t;
     float m = -INFINITY;
@@ -103,25 +103,31 @@ __device__ __forceinline__ void softmax_logits(float (&s)[32], const float (&k_s
         m = fmaxf(m, s[4 * i + 2 * r + e]);
       }
     }
-    mx[r] = quad_max(m);
+    mx[r] = m;
   }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) mx[r] = quad_max(mx[r]);
 }
 
 // Half 2, given st = the state after the previous block of the piece. Out: s holds p'_j (0 where masked), st
-// the state after this block, o_scale[r] the factor O~ takes before this block's PV is added.
+// the state after this block, o_scale[r] the factor O~ takes before this block's PV is added. The update is
+// computed for every row and kept by select (no branch on p_max, see half 1); where it is dropped (no visible
+// token) its operands are finite or its NaN never selected: 448 / max(0, P_FLOOR) is finite, and the
+// exp2f(-inf - -inf) of a row that has seen nothing yet is replaced by the 0 of the select before it.
 template <bool MASKED>
 __device__ __forceinline__ void softmax_probs(float (&s)[32], const float (&k_scale)[BLOCK_N], const float (&mx)[2],
-                                              const int (&n_vis)[2], int t, bool two_rows, RowState (&st)[2],
-                                              float (&o_scale)[2]) {
+                                              const int (&n_vis)[2], int t, RowState (&st)[2], float (&o_scale)[2]) {
   float ks[16];  // read again rather than kept from half 1: 16 registers at the math warpgroups' peak
   load_k_scales(k_scale, t, ks);
+  // Three passes over the two rows (exponentials, quad reductions, state update) rather than one per row: the
+  // division's slow-path call is a scheduling barrier, so per-row code ran the rows' chains one after the other.
+  float m_new[2], e_sum[2], p_max[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (r == 1 && !two_rows) break;
     const int vis_lim = n_vis[r] - 2 * t;
-    const float m_new = fmaxf(st[r].m, mx[r]);
-    const float m_use = m_new == -INFINITY ? 0.f : m_new;
-    float e_sum = 0.f, p_max = 0.f;
+    m_new[r] = fmaxf(st[r].m, mx[r]);
+    const float m_use = m_new[r] == -INFINITY ? 0.f : m_new[r];
+    float sum = 0.f, pmax = 0.f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
 #pragma unroll
@@ -129,23 +135,30 @@ __device__ __forceinline__ void softmax_probs(float (&s)[32], const float (&k_sc
         const float ex = fast_exp2(s[4 * i + 2 * r + e] - m_use);  // exactly 0 for a masked (-inf) logit
         // Masked: the select, not 0 * k_scale (an unused slot's scale may be NaN).
         const float pp = !MASKED || 8 * i + e < vis_lim ? ex * ks[2 * i + e] : 0.f;
-        e_sum += ex;
-        p_max = fmaxf(p_max, pp);
+        sum += ex;
+        pmax = fmaxf(pmax, pp);
         s[4 * i + 2 * r + e] = pp;
       }
     }
-    e_sum = quad_sum(e_sum);
-    p_max = quad_max(p_max);
-    if (p_max > 0.f) {
-      // P_FLOOR = 2^-60 bounds inv_new by 448 * 2^60 ~ 5.2e20: finite, so 0 * inv = 0 for masked columns.
-      const float inv_new = kvl::FP8_E4M3_MAX / fmaxf(p_max, kvl::P_FLOOR);
-      o_scale[r] = st[r].m == -INFINITY ? 0.f : exp2f(st[r].m - m_new) * (inv_new / st[r].inv);
-      st[r].l = st[r].l * o_scale[r] + e_sum * inv_new;
-      st[r].inv = inv_new;
-      st[r].m = m_new;
-    } else {
-      o_scale[r] = 1.f;
-    }
+    e_sum[r] = sum;
+    p_max[r] = pmax;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    e_sum[r] = quad_sum(e_sum[r]);
+    p_max[r] = quad_max(p_max[r]);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    // P_FLOOR = 2^-60 bounds inv_new by 448 * 2^60 ~ 5.2e20: finite, so 0 * inv = 0 for masked columns.
+    const float inv_new = kvl::FP8_E4M3_MAX / fmaxf(p_max[r], kvl::P_FLOOR);
+    const float ratio = exp2f(st[r].m - m_new[r]) * (inv_new / st[r].inv);
+    const bool seen = p_max[r] > 0.f;
+    const float scale = st[r].m == -INFINITY ? 0.f : ratio;
+    o_scale[r] = seen ? scale : 1.f;
+    st[r].l = seen ? st[r].l * scale + e_sum[r] * inv_new : st[r].l;
+    st[r].inv = seen ? inv_new : st[r].inv;
+    st[r].m = seen ? m_new[r] : st[r].m;
   }
 }
 
