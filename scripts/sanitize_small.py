@@ -29,7 +29,7 @@ CASES = [  # (b, s_q, h_q, seqlens, causal, num_sm_parts, SNAPMLA_DECODE_KERNEL)
     # The narrow kernel (q_rows <= 16), causal, forced split, both warpgroups. Forced: shapes this small go to
     # the wide kernel by default (launch.h NARROW_MIN_BLOCKS_PER_CTA).
     (3, 2, 8, [200, 1, 0], True, 4, "narrow"),
-    # The combine's piece sets (combine/launch.h combine_piece_groups): 4 sets over ~25 pieces, 2 sets over ~16.
+    # The combine's piece sets (combine/piece_sets.h combine_piece_groups): 4 sets over ~25 pieces, 2 sets over ~16.
     (1, 1, 64, [2000], False, 24, "auto"),
     (2, 1, 32, [1500, 900], False, 30, "auto"),
 ]

@@ -42,7 +42,7 @@ CASES = [
     ("combine_65_pieces_h64", 1, 1, 64, [8192], False, 132),
     ("combine_5120_rows_h128", 40, 1, 128, [1500 + 37 * i for i in range(40)], False, 50),
     ("combine_causal_sq2_rows_h128", 20, 2, 128, [700] * 19 + [65], True, 40),
-    # Piece sets of the one-row-per-CTA layout (combine/launch.h combine_piece_groups): b = 4 at 50 parts picks
+    # Piece sets of the one-row-per-CTA layout (combine/piece_sets.h combine_piece_groups): b = 4 at 50 parts picks
     # 2 sets (requests of 13 to 20 pieces: both sets load), b = 1 at 132 parts 4 sets but a request of 11 blocks
     # (sets 2 and 3 have no load group and add zeros), b = 2 at 132 parts 4 sets with 67-piece requests.
     ("combine_2_piece_sets_h64", 4, 1, 64, [3000, 2200, 64 * 40 + 3, 1], False, 50),

@@ -136,7 +136,7 @@ def test_pdl_wait_precedes_every_global_access(sass_by_function):
     kernels = _kernels(sass_by_function, "q_quant_kernel", "snapmla_decode_fp8_kernel",
                        "snapmla_decode_fp8_narrow_kernel", "snapmla_combine_kernel")
     # Q-quant, two decode kernels, the combine's layouts: one warp per row, and one row per CTA with 1, 2 or 4
-    # piece sets (combine/launch.h combine_piece_groups).
+    # piece sets (combine/piece_sets.h combine_piece_groups).
     assert len(kernels) == 7, sorted(kernels)
     for name, sass in kernels.items():
         wait = sass.find("ACQBULK")

@@ -13,7 +13,7 @@
 //     column set (warp q owns columns 128 q .., lane l one float4), 8 pieces' loads in flight per lane.
 //     PIECE_GROUPS = 1, 2 or 4 such sets of 4 warps split the row's load groups (8 pieces each) round robin, so
 //     a row with 65 pieces waits for 3 dependent load rounds instead of 9; the sets' partial sums meet in
-//     shared memory and set 0 adds them in set order (launch.h combine_piece_groups: from the expected number
+//     shared memory and set 0 adds them in set order (piece_sets.h combine_piece_groups: from the expected number
 //     of pieces per request, since the host never reads the device-side plan).
 //   - WARPS_PER_ROW = 1, many rows (b = 64, h_q = 128: 8192 rows x ~2 pieces): 4 rows per CTA, one warp per row,
 //     lane l the float4s at columns 4 l + 128 k (k < 4); 2 pieces (8 loads) in flight per lane.
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(COMBINE_WARPS_PER_CTA * 32 * PIECE_GROUPS)
   using Lt = Layout<WARPS_PER_ROW>;
   static_assert(PIECE_GROUPS == 1 || (WARPS_PER_ROW == 4 && (PIECE_GROUPS == 2 || PIECE_GROUPS == 4)),
                 "piece sets only in the one-row-per-CTA layout (a CTA-uniform row and piece count)");
-  static_assert((32 / Lt::GROUP) % PIECE_GROUPS == 0, "every 32-piece chunk starts at load group 0 of set 0");
+  static_assert(piece_sets_align_to_chunks(PIECE_GROUPS, Lt::GROUP), "every 32-piece chunk starts with set 0");
   // Partial sums of sets 1 .. PIECE_GROUPS - 1: per set, thread, float4 column (4 KB per set x 128 threads).
   __shared__ float4 partial[PIECE_GROUPS > 1 ? PIECE_GROUPS - 1 : 1][COMBINE_WARPS_PER_CTA * 32][Lt::VEC];
   griddep_wait();  // PDL (common/pdl.h): the decode kernel's partial results are complete and visible
@@ -104,8 +104,8 @@ __global__ void __launch_bounds__(COMBINE_WARPS_PER_CTA * 32 * PIECE_GROUPS)
   // CTA-uniform when PIECE_GROUPS > 1 (one row per CTA), so no thread leaves before the __syncthreads below.
   if (n <= 1 || row >= q_rows) return;  // n <= 1: written by the decode kernel
   const int col = (D_V / WARPS_PER_ROW) * (warp % WARPS_PER_ROW) + 4 * lane;  // first column of the lane
-  const int first_j0 = set * Lt::GROUP;  // the set's first load group inside each 32-piece chunk
-  constexpr int J0_STEP = PIECE_GROUPS * Lt::GROUP;
+  const int first_j0 = piece_set_first_j0(set, Lt::GROUP);  // piece_sets.h: the set's load groups in a chunk
+  constexpr int J0_STEP = piece_set_j0_step(PIECE_GROUPS, Lt::GROUP);
 
   const float* g_lse = lse_accum + static_cast<int64_t>(split_begin) * q_rows + row;  // stride q_rows per piece
   auto lse_of = [&](int i) { return g_lse[static_cast<int64_t>(i) * q_rows]; };
