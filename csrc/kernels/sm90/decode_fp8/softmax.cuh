@@ -83,7 +83,8 @@ __device__ __forceinline__ void load_k_scales(const float (&k_scale)[BLOCK_N], i
 // Both rows always run, without a branch between them, so the compiler interleaves their dependent chains
 // (quad shuffles, the divisions and exp2f of half 2): with a warp-uniform skip of row r0 + 8 (when it is
 // padding) the two chains ran one after the other. A padding row (past q_rows) has q_mul = 0 and sees every
-// token (schedule.cuh), so its logits are 0 and its state, P and O~ columns stay finite and are never stored.
+// token (schedule.cuh); whatever its state, its P and its O~ column hold (NaN too, from stale query bytes), they
+// stay in that row's own P^T row and O^T column (the PV sums over tokens only) and are never stored.
 template <bool MASKED>
 __device__ __forceinline__ void softmax_logits(float (&s)[32], const float (&k_scale)[BLOCK_N], const float (&q_mul)[2],
                                                const int (&n_vis)[2], int t, float (&mx)[2]) {
