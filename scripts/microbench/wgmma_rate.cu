@@ -30,16 +30,42 @@ __device__ __forceinline__ void fence_acc(float (&d)[NREG]) {
   for (int i = 0; i < NREG; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// Operand of k-step g: A in the first 64 KB, B in the second, 32 B further per step inside the swizzle rows and
+// one 8-KB tile further every 4 steps.
+__device__ __forceinline__ uint64_t operand_desc(uint32_t base, bool b_side, int g) {
+  return desc_at(base + (b_side ? 65536 : 0) + (g % 4) * 32 + (g / 4 % 4) * 8192);
+}
+
+// Zeroes the operands, then returns the shared address of the buffer (all threads of the CTA call it).
+__device__ __forceinline__ uint32_t zero_operands(uint8_t* smem) {
+  for (int i = threadIdx.x; i < SMEM_BYTES / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(smem)[i] = 0;
+  __syncthreads();
+  return static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+}
+
+__device__ __forceinline__ void commit_and_wait_all() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+
+// Warpgroup leader writes its elapsed cycles; the accumulator sum keeps the WGMMAs from being optimised away.
+template <int NREG>
+__device__ __forceinline__ void record_cycles(const float (&d)[NREG], long long t0, long long* cycles) {
+  const long long t1 = clock64();
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < NREG; ++i) sum += d[i];
+  if (threadIdx.x % 128 == 0) cycles[blockIdx.x * 2 + threadIdx.x / 128] = (t1 - t0) + (sum != 0.f ? 1 : 0);
+}
+
 // SHAPE: 0 ss n64 e4m3, 1 ss n128 e4m3, 2 ss n256 e4m3, 3 ss n64 bf16, 4 ss n256 bf16, 5 rs n64, 6 rs n128,
 // 7 rs n256. GROUP WGMMAs per commit group, then wait_group 0 (GROUP = 2: the decode kernel's PV m-tile).
 template <int SHAPE, int NREG, int GROUP>
 __global__ void __launch_bounds__(256, 1) rate_kernel(int iters, int active_wgs, long long* cycles) {
   extern __shared__ __align__(1024) uint8_t smem[];
-  for (int i = threadIdx.x; i < SMEM_BYTES / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(smem)[i] = 0;
-  __syncthreads();
+  const uint32_t base = zero_operands(smem);
   const int wg = threadIdx.x / 128;
   if (wg >= active_wgs) return;
-  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   float d[NREG];
 #pragma unroll
   for (int i = 0; i < NREG; ++i) d[i] = 0.f;
@@ -50,9 +76,7 @@ __global__ void __launch_bounds__(256, 1) rate_kernel(int iters, int active_wgs,
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
     for (int g = 0; g < GROUP; ++g) {
-      // k-step g: A from the first 64 KB, B from the second, 32 B further per step inside the swizzle rows.
-      const uint64_t da = desc_at(base + (g % 4) * 32 + (g / 4 % 4) * 8192);
-      const uint64_t db = desc_at(base + 65536 + (g % 4) * 32 + (g / 4 % 4) * 8192);
+      const uint64_t da = operand_desc(base, false, g), db = operand_desc(base, true, g);
       if constexpr (SHAPE == 0) mma_ss_n64_e4m3(d, da, db);
       if constexpr (SHAPE == 1) mma_ss_n128_e4m3(d, da, db);
       if constexpr (SHAPE == 2) mma_ss_n256_e4m3(d, da, db);
@@ -62,15 +86,10 @@ __global__ void __launch_bounds__(256, 1) rate_kernel(int iters, int active_wgs,
       if constexpr (SHAPE == 6) mma_rs_n128_e4m3(d, a, db);
       if constexpr (SHAPE == 7) mma_rs_n256_e4m3(d, a, db);
     }
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    commit_and_wait_all();
     fence_acc(d);
   }
-  const long long t1 = clock64();
-  float sum = 0.f;
-#pragma unroll
-  for (int i = 0; i < NREG; ++i) sum += d[i];
-  if (threadIdx.x % 128 == 0) cycles[blockIdx.x * 2 + wg] = (t1 - t0) + (sum != 0.f ? 1 : 0);
+  record_cycles(d, t0, cycles);
 }
 
 template <int SHAPE, int NREG, int GROUP>
@@ -104,39 +123,39 @@ void run(const char* name, long long macs_per_mma, int sms) {
 // The decode kernel's mix: warpgroup 0 issues QK-like groups (20 SS m64n64k32, then wait), warpgroup 1 PV-like
 // groups (2 RS m64n64k32, then wait), both for the same number of cycles' worth of loop. Prints each warpgroup's
 // cycles per group: if the tensor pipe serves the two in issue order, a 2-WGMMA group waits behind a 20-WGMMA one.
-__global__ void __launch_bounds__(256, 1) mixed_kernel(int qk_iters, int pv_iters, long long* cycles) {
-  extern __shared__ __align__(1024) uint8_t smem[];
-  for (int i = threadIdx.x; i < SMEM_BYTES / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(smem)[i] = 0;
-  __syncthreads();
-  const int wg = threadIdx.x / 128;
-  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+// One role of the mix, with its own accumulator: a `d` shared by both branches of a warpgroup-index test made
+// ptxas serialise every WGMMA (C7520: a compiler-inserted arrive in a divergent path), which the first run of
+// this test (2026-12-01, call 3) suffered from.
+template <bool QK>
+__device__ __forceinline__ void mixed_role(uint32_t base, int iters, long long* cycles) {
   float d[32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) d[i] = 0.f;
-  uint32_t a[4] = {0, 0, 0, 0};
+  const uint32_t a[4] = {0, 0, 0, 0};
   const long long t0 = clock64();
-  const int iters = wg == 0 ? qk_iters : pv_iters;
   for (int it = 0; it < iters; ++it) {
     fence_acc(d);
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-    if (wg == 0) {
+    if constexpr (QK) {
 #pragma unroll
-      for (int g = 0; g < 20; ++g)
-        mma_ss_n64_e4m3(d, desc_at(base + (g % 4) * 32 + (g / 4 % 4) * 8192),
-                        desc_at(base + 65536 + (g % 4) * 32 + (g / 4 % 4) * 8192));
+      for (int g = 0; g < 20; ++g) mma_ss_n64_e4m3(d, operand_desc(base, false, g), operand_desc(base, true, g));
     } else {
 #pragma unroll
-      for (int g = 0; g < 2; ++g) mma_rs_n64_e4m3(d, a, desc_at(base + 65536 + g * 32));
+      for (int g = 0; g < 2; ++g) mma_rs_n64_e4m3(d, a, operand_desc(base, true, g));
     }
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    commit_and_wait_all();
     fence_acc(d);
   }
-  const long long t1 = clock64();
-  float sum = 0.f;
-#pragma unroll
-  for (int i = 0; i < 32; ++i) sum += d[i];
-  if (threadIdx.x % 128 == 0) cycles[blockIdx.x * 2 + wg] = (t1 - t0) + (sum != 0.f ? 1 : 0);
+  record_cycles(d, t0, cycles);
+}
+
+__global__ void __launch_bounds__(256, 1) mixed_kernel(int qk_iters, int pv_iters, long long* cycles) {
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const uint32_t base = zero_operands(smem);
+  if (threadIdx.x / 128 == 0)
+    mixed_role<true>(base, qk_iters, cycles);
+  else
+    mixed_role<false>(base, pv_iters, cycles);
 }
 
 void run_mixed(int sms) {

@@ -107,6 +107,8 @@ __global__ void __launch_bounds__(COMBINE_WARPS_PER_CTA * 32 * PIECE_GROUPS)
   const int first_j0 = piece_set_first_j0(set, Lt::GROUP);  // piece_sets.h: the set's load groups in a chunk
   constexpr int J0_STEP = piece_set_j0_step(PIECE_GROUPS, Lt::GROUP);
 
+  // Every set reads all of the row's lse values and computes the weights for itself: 4 B per piece and lane
+  // against the 2 KB of o it loads per piece, cheaper than a shared-memory round trip and a barrier.
   const float* g_lse = lse_accum + static_cast<int64_t>(split_begin) * q_rows + row;  // stride q_rows per piece
   auto lse_of = [&](int i) { return g_lse[static_cast<int64_t>(i) * q_rows]; };
   const float l_first = lane < n ? lse_of(lane) : -INFINITY;  // pieces 0 .. 31, one per lane
