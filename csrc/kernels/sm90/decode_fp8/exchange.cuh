@@ -21,8 +21,9 @@
 //
 // Ordering: the owner's stores are made visible to the async proxy (WGMMA reads P^T) by its fence, released by
 // its arrival on xchg_full[stage] (128 arrivals) and acquired by every reader's wait, the owner's own PV
-// included. Both warpgroups fence the async proxy again before their kv_empty arrival, because the stage's
-// next TMA load overwrites these bytes after their generic reads of the state.
+// included. The stage's next TMA load overwrites these bytes after the readers' generic reads of the state:
+// that write-after-read is ordered by their kv_empty arrivals and the producer's wait (mbarrier.cuh
+// release_stage; no proxy fence).
 #pragma once
 
 #include <cstdint>

@@ -125,9 +125,7 @@ __device__ __forceinline__ void pv_block(float (&o)[PV_M_TILES][32], SharedStora
 #pragma unroll
     for (int k = 0; k < 32; ++k) o[mt][k] = fmaf(o[mt][k], col_scale[2 * (k / 4) + k % 2], acc[k]);
   }
-  // The stage's next TMA load overwrites the hand-off this warpgroup read through the generic proxy.
-  fence_proxy_async_smem();
-  mbarrier_arrive(&ss.kv_empty[stage]);
+  release_stage(&ss.kv_empty[stage]);  // no proxy fence needed (mbarrier.cuh)
 }
 
 // The other warpgroup's block n: wait for its hand-off and take the state after it (the softmax of the next

@@ -46,6 +46,13 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// 1 / x with one MUFU.RCP (<= 1 ulp, flush-to-zero). The callers' x lie in [2^-60, 448 * 2^60]: normal.
+__device__ __forceinline__ float fast_rcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Four floats -> four e4m3 bytes (v0 in the low byte), round to nearest even, saturating at +-448.
 __device__ __forceinline__ uint32_t pack_e4m3x4(float v0, float v1, float v2, float v3) {
   uint32_t r;
@@ -81,7 +88,7 @@ __device__ __forceinline__ void load_k_scales(const float (&k_scale)[BLOCK_N], i
 // MASKED = false is the path for blocks both rows see whole (all but the last block or two of a piece): no
 // selects, 2 x 32 instructions per thread fewer over both halves.
 // Both rows always run, without a branch between them, so the compiler interleaves their dependent chains
-// (quad shuffles, the divisions and exp2f of half 2): with a warp-uniform skip of row r0 + 8 (when it is
+// (quad shuffles, the reciprocals and exponentials of half 2): with a warp-uniform skip of row r0 + 8 (when it is
 // padding) the two chains ran one after the other. A padding row (past q_rows) has q_mul = 0 and sees every
 // token (schedule.cuh); whatever its state, its P and its O~ column hold (NaN too, from stale query bytes), they
 // stay in that row's own P^T row and O^T column (the PV sums over tokens only) and are never stored.
@@ -114,7 +121,7 @@ __device__ __forceinline__ void softmax_logits(float (&s)[32], const float (&k_s
 // the state after this block, o_scale[r] the factor O~ takes before this block's PV is added. The update is
 // computed for every row and kept by select (no branch on p_max, see half 1); where it is dropped (no visible
 // token) its operands are finite or its NaN never selected: 448 / max(0, P_FLOOR) is finite, and the
-// exp2f(-inf - -inf) of a row that has seen nothing yet is replaced by the 0 of the select before it.
+// 2^(-inf - -inf) of a row that has seen nothing yet is replaced by the 0 of the select before it.
 template <bool MASKED>
 __device__ __forceinline__ void softmax_probs(float (&s)[32], const float (&k_scale)[BLOCK_N], const float (&mx)[2],
                                               const int (&n_vis)[2], int t, RowState (&st)[2], float (&o_scale)[2]) {
@@ -152,8 +159,10 @@ __device__ __forceinline__ void softmax_probs(float (&s)[32], const float (&k_sc
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     // P_FLOOR = 2^-60 bounds inv_new by 448 * 2^60 ~ 5.2e20: finite, so 0 * inv = 0 for masked columns.
-    const float inv_new = kvl::FP8_E4M3_MAX / fmaxf(p_max[r], kvl::P_FLOOR);
-    const float ratio = exp2f(st[r].m - m_new[r]) * (inv_new / st[r].inv);
+    // Approximate reciprocals (MUFU.RCP, <= 1 ulp) instead of IEEE divisions: each division was a
+    // MUFU.RCP + Newton chain with a slow-path call, four of them serial per block on the softmax chain.
+    const float inv_new = kvl::FP8_E4M3_MAX * fast_rcp(fmaxf(p_max[r], kvl::P_FLOOR));
+    const float ratio = fast_exp2(st[r].m - m_new[r]) * (inv_new * fast_rcp(st[r].inv));
     const bool seen = p_max[r] > 0.f;
     const float scale = st[r].m == -INFINITY ? 0.f : ratio;
     o_scale[r] = seen ? scale : 1.f;

@@ -61,10 +61,9 @@ __device__ __forceinline__ void own_block(NarrowStorage& ss, int wg, int warp, i
   const float ks[2] = {ss.kv_scale[stage][tau0], ss.kv_scale[stage][tau0 + 8]};
   wgmma_wait<0>();
   wgmma_fence_operands(s);
-  // This warpgroup read the stage through the generic proxy (ldmatrix of V^T, the k scales) and the producer's
-  // next TMA load (async proxy) overwrites it: order those reads before the release, as the wide kernel does.
-  fence_proxy_async_smem();
-  mbarrier_arrive(&ss.kv_empty[stage]);
+  // The stage's last reads (ldmatrix of V^T, the k scales, the QK operands) are done: release it, without a
+  // proxy fence (mbarrier.cuh release_stage says why).
+  release_stage(&ss.kv_empty[stage]);
   if (release_q) mbarrier_arrive(&ss.q_empty[qbuf]);
   const int bar_id = BAR_WG0 + wg;
   float o_scale[COLS_PER_THREAD];
