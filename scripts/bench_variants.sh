@@ -11,7 +11,11 @@
 #                                               a path to a csrc copy (e.g. under .out/, carried); flags e.g.
 #                                               -DSNAPMLA_TRACE_PHASES
 #   SNAPMLA_VARIANT_TESTS="tests/test_decode_kernel_gpu.py" (default), SNAPMLA_VARIANT_CASES="" (bench_decode
-#   --cases substring; default: --quick), SNAPMLA_GIT_REV (recorded in the JSON)
+#   --cases substring; default: --quick), SNAPMLA_GIT_REV (recorded in the JSON),
+#   SNAPMLA_VARIANT_ROUNDS=2 (default): the variants' benchmarks run in rounds (A B C, A B C, ...) and the table
+#   takes each variant's fastest round per case. One round in variant order was biased: on 2026-12-01 (eighth
+#   session) the first variant ran up to 16 % slower than an identical second one (GPU clocks settling).
+#   SNAPMLA_VARIANT_WARMUP=1 (default) runs the first variant's benchmark once more before the rounds, unrecorded.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -41,42 +45,56 @@ echo "builds: $(( $(date +%s) - t0 )) s"
 for name in "${names[@]}"; do
   grep -E "error:|bytes spill" "/tmp/variant_$name/build.log" | grep -v " 0 bytes spill" | head -5
 done
+built=()
 for name in "${names[@]}"; do
   dir=/tmp/variant_$name
   [ -n "$(ls "$dir"/snapmla_ext/_C*.so 2>/dev/null)" ] || { echo "$name: no build"; continue; }
-  mkdir -p "$dir/out"
+  built+=("$name")
+  rm -rf "$dir/out"; mkdir -p "$dir/out"
   if [ -n "$tests" ]; then
     ( cd "$dir" && timeout 300 python3 -m pytest -q -p no:cacheprovider -x $tests > "$dir/tests.log" 2>&1 )
     echo "$name tests: $(tail -1 "$dir/tests.log")"
   fi
-  if [ -n "${SNAPMLA_VARIANT_CASES:-}" ]; then bargs="--cases ${SNAPMLA_VARIANT_CASES}"; else bargs="--quick"; fi
-  bargs="$bargs ${SNAPMLA_VARIANT_BENCH_ARGS:-}"
+done
+if [ -n "${SNAPMLA_VARIANT_CASES:-}" ]; then bargs="--cases ${SNAPMLA_VARIANT_CASES}"; else bargs="--quick"; fi
+bargs="$bargs ${SNAPMLA_VARIANT_BENCH_ARGS:-}"
+run_bench() {  # variant name, output folder
   # The copy has no .git: the JSON records the variant as its revision.
-  ( cd "$dir" && SNAPMLA_GIT_REV="${SNAPMLA_GIT_REV:-unknown}+variant:$name" timeout 300 \
-      python3 bench/bench_decode.py $bargs --out "$dir/out" > "$dir/bench.log" 2>&1 )
+  ( cd "/tmp/variant_$1" && SNAPMLA_GIT_REV="${SNAPMLA_GIT_REV:-unknown}+variant:$1" timeout 300 \
+      python3 bench/bench_decode.py $bargs --out "$2" >> "/tmp/variant_$1/bench.log" 2>&1 )
+}
+[ "${SNAPMLA_VARIANT_WARMUP:-1}" = "1" ] && [ ${#built[@]} -gt 0 ] && run_bench "${built[0]}" /tmp/variant_warmup
+for (( round = 0; round < ${SNAPMLA_VARIANT_ROUNDS:-2}; ++round )); do
+  for name in "${built[@]}"; do run_bench "$name" "/tmp/variant_$name/out/round_$round"; done
 done
 python3 - "$OUT" "${SNAPMLA_VARIANTS}" "${names[@]}" <<'PY'
 import glob, json, os, sys, time
 out, spec, names = sys.argv[1], sys.argv[2], sys.argv[3:]
-res, runs = {}, {}
+res, rounds, runs = {}, {}, {}
 for n in names:
-    files = sorted(glob.glob(f"/tmp/variant_{n}/out/bench_decode_*.json"))
-    if files:
-        runs[n] = json.load(open(files[-1]))
-        res[n] = {r["name"]: r["us"] for r in runs[n]["results"]}
+    for f in sorted(glob.glob(f"/tmp/variant_{n}/out/round_*/bench_decode_*.json")):
+        run = json.load(open(f))
+        runs.setdefault(n, []).append(run)
+        for r in run["results"]:
+            rounds.setdefault(n, {}).setdefault(r["name"], []).append(r["us"])
+    if n in rounds:
+        res[n] = {c: min(v) for c, v in rounds[n].items()}
 if not res:
     sys.exit("no results")
 base = names[0]
 cases = list(next(iter(res.values())).keys())
-print(f"{'case':<30}" + "".join(f"{n:>18}" for n in names))
+print("fastest round per case (all rounds in brackets), ratio = baseline / variant")
+print(f"{'case':<30}" + "".join(f"{n:>30}" for n in names))
 for c in cases:
     row = f"{c:<30}"
     for n in names:
         us = res.get(n, {}).get(c)
         b = res.get(base, {}).get(c)
-        row += f"{'-':>18}" if us is None else f"{us:>9.1f} ({(b / us if b else 0):4.2f}x)"
+        every = "/".join(f"{x:.0f}" for x in rounds.get(n, {}).get(c, []))
+        row += f"{'-':>30}" if us is None else f"{us:>9.1f} ({(b / us if b else 0):4.2f}x) [{every}]".rjust(30)
     print(row)
 path = os.path.join(out, time.strftime("bench_variants_%Y%m%dT%H%M%SZ.json", time.gmtime()))
-json.dump({"variants": spec, "baseline": base, "runs": runs}, open(path, "w"), indent=1)
+json.dump({"variants": spec, "baseline": base, "fastest_us": res, "rounds_us": rounds, "runs": runs}, open(path, "w"),
+          indent=1)
 print("wrote", path)
 PY

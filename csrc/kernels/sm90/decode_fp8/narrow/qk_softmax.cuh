@@ -158,18 +158,25 @@ __device__ __forceinline__ void softmax_cols(float (&s)[N / 2], const float (&ks
     }
   }
   reduce_cols<true>(p_max, red_pmax, warp, lane, bar_id);
+  // The update is computed for every row and kept by select, with approximate reciprocals, as in the wide
+  // kernel (softmax.cuh softmax_probs): a branch per row around IEEE divisions (each with its slow-path call)
+  // kept the compiler from overlapping the rows' chains.
+  float inv_new[C];
 #pragma unroll
   for (int ce = 0; ce < C; ++ce) {
-    if (p_max[ce] > 0.f) {
-      // P_FLOOR = 2^-60 bounds inv_new by 448 * 2^60: finite, so 0 * inv = 0 for masked tokens.
-      const float inv_new = kvl::FP8_E4M3_MAX / fmaxf(p_max[ce], kvl::P_FLOOR);
-      o_scale[ce] = cs[ce].m == -INFINITY ? 0.f : exp2f(cs[ce].m - m_new[ce]) * (inv_new / cs[ce].inv);
-      cs[ce].l = cs[ce].l * o_scale[ce] + e_sum[ce] * inv_new;
-      cs[ce].inv = inv_new;
-      cs[ce].m = m_new[ce];
-    } else {
-      o_scale[ce] = 1.f;
-    }
+    // P_FLOOR = 2^-60 bounds inv_new by 448 * 2^60: finite, so 0 * inv = 0 for masked tokens.
+    inv_new[ce] = kvl::FP8_E4M3_MAX * fast_rcp(fmaxf(p_max[ce], kvl::P_FLOOR));
+  }
+#pragma unroll
+  for (int ce = 0; ce < C; ++ce) {
+    const bool seen = p_max[ce] > 0.f;
+    // 2^(-inf - -inf) = NaN for a row that has seen nothing yet: replaced by the 0 of the select below.
+    const float ratio = fast_exp2(cs[ce].m - m_new[ce]) * (inv_new[ce] * fast_rcp(cs[ce].inv));
+    const float scale = cs[ce].m == -INFINITY ? 0.f : ratio;
+    o_scale[ce] = seen ? scale : 1.f;
+    cs[ce].l = seen ? cs[ce].l * scale + e_sum[ce] * inv_new[ce] : cs[ce].l;
+    cs[ce].inv = seen ? inv_new[ce] : cs[ce].inv;
+    cs[ce].m = seen ? m_new[ce] : cs[ce].m;
   }
 }
 
