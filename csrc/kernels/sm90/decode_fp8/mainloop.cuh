@@ -33,6 +33,7 @@
 
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/wgmma.cuh"
+#include "kernels/sm90/decode_fp8/cta_trace.cuh"
 #include "kernels/sm90/decode_fp8/epilogue.cuh"
 #include "kernels/sm90/decode_fp8/exchange.cuh"
 #include "kernels/sm90/decode_fp8/narrow/pv.cuh"
@@ -164,6 +165,7 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
   int block_idx = 0;  // running index of the piece's first block
   int piece = 0;
   PhaseTimer tm(SNAPMLA_TRACE_BUFFER(ss, wg));  // -DSNAPMLA_TRACE_PHASES only (phase_trace.cuh)
+  CtaTimeline ct(wg);                           // -DSNAPMLA_TRACE_CTA only (cta_trace.cuh)
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
     float q_mul[2];
@@ -189,12 +191,14 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
     mbarrier_wait(&ss.q_full[0], piece & 1);  // one query tile per piece
     if (first_own >= n_blocks) mbarrier_arrive(&ss.q_empty[0]);  // no QK of this warpgroup in the piece
     tm.mark(TP_PIECE_EDGES);
+    if (piece == 0) ct.mark();
     for (int j = first_own; j < n_blocks; j += 2) {
       const int n = block_idx + j;
       const int stage = n % KV_STAGES;
       float s[32];
       tm.count_block();
       qk_block(s, ss, n, j + 2 >= n_blocks, tm);
+      ct.first_block_mark(piece, j - first_own);
       const int blk = pc.blk_begin + j;
       const int n_vis[2] = {limit[0] - blk * BLOCK_N, limit[1] - blk * BLOCK_N};
       // A warp whose 16 rows are all padding (rows >= q_rows) skips the softmax and the packing: its P stays 0.
@@ -240,11 +244,15 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
       pv_after_handoff(o, ss, n, wg, warp, lane, pc.seqlen - (pc.blk_end - 1) * BLOCK_N);
     }
     tm.mark(TP_PIECE_EDGES);
+    ct.mark();
     block_idx += n_blocks;
     store_piece(p, ss, req, piece_split(p, row, req), m_tile, wg, warp, lane, o, st);
     tm.mark(TP_EPILOGUE);
+    ct.mark();
+    ct.piece_done(n_blocks);
   }
   tm.print(wg);
+  ct.print("wide");
 }
 
 }  // namespace snapmla::sm90::decode_fp8

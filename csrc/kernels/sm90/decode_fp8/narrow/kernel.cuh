@@ -28,6 +28,7 @@
 
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
+#include "kernels/sm90/decode_fp8/cta_trace.cuh"
 #include "kernels/sm90/decode_fp8/kernel_prologue.cuh"
 #include "kernels/sm90/decode_fp8/narrow/merge_store.cuh"
 #include "kernels/sm90/decode_fp8/narrow/piece_rows.cuh"
@@ -81,6 +82,7 @@ __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, const SchedR
 
   int block_idx = 0;  // running index of the piece's first block
   int piece = 0;
+  CtaTimeline ct(wg);  // -DSNAPMLA_TRACE_CTA only (cta_trace.cuh)
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
     const PieceRows<ROWS> pr = piece_rows<ROWS>(p, req, pc, t);
@@ -99,6 +101,7 @@ __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, const SchedR
     const int first_own = (block_idx & 1) == wg ? 0 : 1;
     mbarrier_wait(&ss.q_full[qbuf], (piece / Q_BUFS) & 1);
     if (first_own >= n_blocks) mbarrier_arrive(&ss.q_empty[qbuf]);  // no QK of this warpgroup in the piece
+    if (piece == 0) ct.mark();
     for (int j = first_own; j < n_blocks; j += 2) {
       const int n = block_idx + j;
       const int stage = n % STAGES;
@@ -116,7 +119,9 @@ __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, const SchedR
         own_block<true, false>(ss, wg, warp, lane, stage, qbuf, pr.q_mul, n_vis, n_valid, cs, o, release_q);
       else
         own_block<true, true>(ss, wg, warp, lane, stage, qbuf, pr.q_mul, n_vis, n_valid, cs, o, release_q);
+      ct.first_block_mark(piece, j - first_own);
     }
+    ct.mark();
     block_idx += n_blocks;
     // The piece merge (merge_store.cuh): each barrier is one instruction that both warpgroups execute, outside
     // the per-warpgroup templates (tests/test_sass.py checks there is one of each).
@@ -132,7 +137,10 @@ __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, const SchedR
     else
       merge_and_store<1>(p, ss, req, split, tid, piece, o, cs, l_sum);
     named_barrier_sync(BAR_MERGE_READ, MATH_THREADS);
+    ct.mark();
+    ct.piece_done(n_blocks);
   }
+  ct.print("narrow");
 }
 
 template <typename KvElem>

@@ -1,0 +1,64 @@
+// Debug build -DSNAPMLA_TRACE_CTA: when each CTA of a decode kernel starts, gets its first block, and ends each
+// piece, in global time (%globaltimer, ns). Thread 0 of math warpgroup 0 keeps up to CTA_TRACE_EVENTS stamps in
+// registers and prints one line per CTA when it is done:
+//   ctatrace <kernel> <blockIdx.x> <blockIdx.y> <pieces> <blocks> <t_0> <t_1> ...
+// with the events in program order: math entry (after setmaxnreg and the PDL wait), first query tile ready,
+// first block's QK retired, then per piece the end of its block loop and the end of its store. Question it
+// answers: of a decode kernel's time, how much is start-up, per-piece edges and the tail of the slowest CTA,
+// rather than blocks (small batch and 16k-token calls; scripts/trace_cta.py runs one call and sums it up).
+// The default build compiles the tracer to nothing (tests/test_sass.py checks the kernels' SASS).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+
+namespace snapmla::sm90::decode_fp8 {
+
+inline constexpr int CTA_TRACE_EVENTS = 12;
+
+#ifdef SNAPMLA_TRACE_CTA
+
+struct CtaTimeline {
+  uint64_t t[CTA_TRACE_EVENTS];
+  int n = 0;
+  int pieces = 0;
+  int blocks = 0;  // blocks of the CTA's walk (both warpgroups' own blocks)
+  bool on;
+  __device__ __forceinline__ explicit CtaTimeline(int wg) : on(wg == 0 && threadIdx.x % 128 == 0) { mark(); }
+  __device__ __forceinline__ void mark() {
+    if (!on || n >= CTA_TRACE_EVENTS) return;
+    uint64_t now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    t[n++] = now;
+  }
+  __device__ __forceinline__ void first_block_mark(int piece, int j_done) {
+    if (piece == 0 && j_done == 0) mark();
+  }
+  __device__ __forceinline__ void piece_done(int n_blocks) {
+    ++pieces;
+    blocks += n_blocks;
+  }
+  __device__ __forceinline__ void print(const char* kernel) const {
+    if (!on) return;
+    // One printf with a fixed argument list: unused stamps print as 0.
+    uint64_t v[CTA_TRACE_EVENTS];
+#pragma unroll
+    for (int i = 0; i < CTA_TRACE_EVENTS; ++i) v[i] = i < n ? t[i] : 0;
+    printf("ctatrace %s %d %d %d %d %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", kernel, blockIdx.x,
+           blockIdx.y, pieces, blocks, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]);
+  }
+};
+
+#else
+
+struct CtaTimeline {
+  __device__ __forceinline__ explicit CtaTimeline(int) {}
+  __device__ __forceinline__ void mark() {}
+  __device__ __forceinline__ void first_block_mark(int, int) {}
+  __device__ __forceinline__ void piece_done(int) {}
+  __device__ __forceinline__ void print(const char*) const {}
+};
+
+#endif
+
+}  // namespace snapmla::sm90::decode_fp8

@@ -1,0 +1,117 @@
+"""Where a decode kernel's time goes outside its blocks (GPU, needs a build with -DSNAPMLA_TRACE_CTA, cta_trace.cuh):
+runs one flash_mla_with_kvcache call per case (after a warm-up call), reads the kernel's per-CTA printf lines
+(global time stamps) and prints, relative to the earliest CTA start:
+
+  start     math entry of each CTA (after setmaxnreg and the PDL wait): min / median / max
+  q ready   first query tile in shared memory
+  first QK  first block's QK retired (the first page's TMA latency is in here)
+  pieces    per CTA: end of each piece's block loop and of its store
+  end       the CTA's last store: median / max (the kernel's tail is max - median)
+
+and each CTA's time from its first QK to its end divided by its blocks (us per block, epilogues included).
+
+    NVCC_APPEND_FLAGS=-DSNAPMLA_TRACE_CTA python3 setup.py build_ext --inplace
+    python3 scripts/trace_cta.py --cases b16_sq1_h64_sk8192,b64_sq1_h16_sk16384
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_case(name: str) -> None:
+    """Child process: one warm-up call, a marker line, one traced call (CUDA printf goes to this stdout)."""
+    import torch
+
+    from bench.bench_decode import ANCHOR_CASES, SMALL_BATCH_CASES, case_inputs, random_snapmla_cache
+    from snapmla_ext import layout as L
+    from snapmla_ext.decode_ops import flash_mla_with_kvcache, get_mla_metadata
+
+    case = next(c for c in ANCHOR_CASES + SMALL_BATCH_CASES if c.name == name)
+    seqlens_cpu, block_table, num_blocks, q = case_inputs(case)
+    seqlens = seqlens_cpu.cuda()
+    cache = random_snapmla_cache(num_blocks, seed=case.s_k)
+    meta, splits = get_mla_metadata(seqlens, case.s_q * case.h_q, 1)
+    for _ in range(5):  # warm-up calls (clocks, caches); their lines are dropped
+        flash_mla_with_kvcache(q, cache, block_table, seqlens, L.D_CONTENT, meta, splits)
+    torch.cuda.synchronize()
+    print("=== traced call", flush=True)
+    flash_mla_with_kvcache(q, cache, block_table, seqlens, L.D_CONTENT, meta, splits)
+    torch.cuda.synchronize()
+    print(f"=== blocks {int(((seqlens_cpu + 63) // 64).sum())} parts {meta.shape[0]} splits {int(splits[-1])}",
+          flush=True)
+
+
+def q(v: list[float], f: float) -> float:
+    return sorted(v)[min(len(v) - 1, int(f * len(v)))]
+
+
+def summarize(name: str, out: str) -> None:
+    lines = out.split("=== traced call", 1)[-1].splitlines()
+    ctas = []
+    for ln in lines:
+        f = ln.split()
+        if len(f) >= 5 and f[0] == "ctatrace":
+            pieces, blocks = int(f[4]), int(f[5])
+            stamps = [int(x) for x in f[6:] if int(x) != 0]
+            ctas.append((f[1], int(f[2]), int(f[3]), pieces, stamps, blocks))
+    info = next((ln for ln in lines if ln.startswith("=== blocks")), "")
+    if not ctas:
+        print(f"{name}: no ctatrace lines (build with -DSNAPMLA_TRACE_CTA)")
+        return
+    t0 = min(c[4][0] for c in ctas)
+    us = lambda x: (x - t0) / 1e3  # noqa: E731
+    start = [us(c[4][0]) for c in ctas]
+    qready = [us(c[4][1]) for c in ctas if len(c[4]) > 1]
+    firstqk = [us(c[4][2]) for c in ctas if len(c[4]) > 2 and c[3] > 0]
+    end = [us(c[4][-1]) for c in ctas]
+    print(f"== {name} ({ctas[0][0]} kernel, {len(ctas)} CTAs; {info[4:]})")
+    for label, v in (("start", start), ("q ready", qready), ("first QK", firstqk), ("end", end)):
+        if v:
+            print(f"  {label:<9} min {min(v):7.1f}  median {statistics.median(v):7.1f}  p90 {q(v, 0.9):7.1f}  "
+                  f"max {max(v):7.1f} us")
+    # Per piece: block loop end -> store end (the epilogue), and store end -> next loop end.
+    epi = []
+    for c in ctas:
+        s = c[4]
+        ev = s[3:]  # loop end, store end, loop end, store end, ...
+        for k in range(0, len(ev) - 1, 2):
+            epi.append((ev[k + 1] - ev[k]) / 1e3)
+    if epi:
+        print(f"  epilogue  per piece: median {statistics.median(epi):5.2f}  max {max(epi):5.2f} us")
+    # Blocks per us of each CTA between its first QK and its end: the block rate, and how it spreads.
+    rate = [(c[4][-1] - c[4][2]) / 1e3 / c[5] for c in ctas if len(c[4]) > 2 and c[5] > 0]
+    if rate:
+        print(f"  us per block (first QK -> end, epilogues included): median {statistics.median(rate):5.2f}  "
+              f"p90 {q(rate, 0.9):5.2f}  max {max(rate):5.2f}")
+    slow = sorted(ctas, key=lambda c: -c[4][-1])[:3]
+    for c in slow:
+        s = c[4]
+        print(f"  slowest: cta ({c[1]}, {c[2]}) pieces {c[3]} blocks {c[5]}: " + " ".join(f"{us(x):.1f}" for x in s))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", required=True, help="comma-separated case names of bench/bench_decode.py")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        run_case(args.child)
+        return
+    for name in args.cases.split(","):
+        r = subprocess.run([sys.executable, __file__, "--cases", name, "--child", name], capture_output=True,
+                           text=True, timeout=300)
+        if r.returncode != 0:
+            print(f"{name}: child failed\n{r.stderr[-2000:]}")
+            continue
+        summarize(name, r.stdout)
+
+
+if __name__ == "__main__":
+    main()
