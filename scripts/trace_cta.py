@@ -7,6 +7,7 @@ runs one flash_mla_with_kvcache call per case (after a warm-up call), reads the 
   first QK  first block's QK retired (the first page's TMA latency is in here)
   pieces    per CTA: end of each piece's block loop and of its store
   end       the CTA's last store: median / max (the kernel's tail is max - median)
+  (CTAs without work, which stamp only their entry, count for start only)
 
 and each CTA's time from its first QK to its end divided by its blocks (us per block, epilogues included).
 
@@ -68,17 +69,18 @@ def summarize(name: str, out: str) -> None:
     t0 = min(c[4][0] for c in ctas)
     us = lambda x: (x - t0) / 1e3  # noqa: E731
     start = [us(c[4][0]) for c in ctas]
-    qready = [us(c[4][1]) for c in ctas if len(c[4]) > 1]
-    firstqk = [us(c[4][2]) for c in ctas if len(c[4]) > 2 and c[3] > 0]
-    end = [us(c[4][-1]) for c in ctas]
-    print(f"== {name} ({ctas[0][0]} kernel, {len(ctas)} CTAs; {info[4:]})")
+    busy = [c for c in ctas if c[3] > 0]  # a CTA without pieces stamps its entry only
+    qready = [us(c[4][1]) for c in busy if len(c[4]) > 1]
+    firstqk = [us(c[4][2]) for c in busy if len(c[4]) > 2]
+    end = [us(c[4][-1]) for c in busy]
+    print(f"== {name} ({ctas[0][0]} kernel, {len(ctas)} CTAs, {len(ctas) - len(busy)} without work; {info[4:]})")
     for label, v in (("start", start), ("q ready", qready), ("first QK", firstqk), ("end", end)):
         if v:
             print(f"  {label:<9} min {min(v):7.1f}  median {statistics.median(v):7.1f}  p90 {q(v, 0.9):7.1f}  "
                   f"max {max(v):7.1f} us")
     # Per piece: block loop end -> store end (the epilogue), and store end -> next loop end.
     epi = []
-    for c in ctas:
+    for c in busy:
         s = c[4]
         ev = s[3:]  # loop end, store end, loop end, store end, ...
         for k in range(0, len(ev) - 1, 2):
@@ -86,11 +88,11 @@ def summarize(name: str, out: str) -> None:
     if epi:
         print(f"  epilogue  per piece: median {statistics.median(epi):5.2f}  max {max(epi):5.2f} us")
     # Blocks per us of each CTA between its first QK and its end: the block rate, and how it spreads.
-    rate = [(c[4][-1] - c[4][2]) / 1e3 / c[5] for c in ctas if len(c[4]) > 2 and c[5] > 0]
+    rate = [(c[4][-1] - c[4][2]) / 1e3 / c[5] for c in busy if len(c[4]) > 2 and c[5] > 0]
     if rate:
         print(f"  us per block (first QK -> end, epilogues included): median {statistics.median(rate):5.2f}  "
               f"p90 {q(rate, 0.9):5.2f}  max {max(rate):5.2f}")
-    slow = sorted(ctas, key=lambda c: -c[4][-1])[:3]
+    slow = sorted(busy, key=lambda c: -c[4][-1])[:3]
     for c in slow:
         s = c[4]
         print(f"  slowest: cta ({c[1]}, {c[2]}) pieces {c[3]} blocks {c[5]}: " + " ".join(f"{us(x):.1f}" for x in s))

@@ -1,0 +1,57 @@
+"""scripts/trace_cta.py's summary of the -DSNAPMLA_TRACE_CTA printf lines (CPU): parsing, the zero point, the
+per-piece epilogue times and the per-block rate, on synthetic lines whose answers are known."""
+
+import importlib.util
+import os
+
+import pytest
+
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "trace_cta.py")
+
+
+@pytest.fixture(scope="module")
+def trace_cta():
+    spec = importlib.util.spec_from_file_location("trace_cta", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _line(x, y, pieces, blocks, stamps_ns):
+    v = list(stamps_ns) + [0] * (12 - len(stamps_ns))
+    return f"ctatrace wide {x} {y} {pieces} {blocks} " + " ".join(str(t) for t in v)
+
+
+def test_summary_of_known_timelines(trace_cta, capsys):
+    t0 = 5_000_000_000  # global time of the earliest start, ns
+    us = 1000
+    lines = [
+        "ctatrace wide 0 0 1 9 1 2 3 4 5 6 7 8 9 10 11 12",  # a warm-up call's line: dropped
+        "=== traced call",
+        # entry, q ready, first QK, loop end, store end (one piece of 10 blocks)
+        _line(0, 0, 1, 10, [t0, t0 + 2 * us, t0 + 6 * us, t0 + 26 * us, t0 + 31 * us]),
+        # two pieces of 10 blocks each, starting 1 us later; second epilogue 9 us
+        _line(0, 1, 2, 20, [t0 + us, t0 + 3 * us, t0 + 7 * us, t0 + 20 * us, t0 + 25 * us, t0 + 40 * us,
+                            t0 + 49 * us]),
+        # a CTA with no work stamps its entry only
+        _line(0, 2, 0, 0, [t0 + us // 2]),
+        "=== blocks 30 parts 3 splits 4",
+    ]
+    trace_cta.summarize("case", "\n".join(lines))
+    out = capsys.readouterr().out
+    assert "wide kernel, 3 CTAs, 1 without work; blocks 30 parts 3 splits 4" in out
+    assert "start     min     0.0  median     0.5  p90     1.0  max     1.0 us" in out
+    assert "q ready   min     2.0  median     2.5" in out  # the CTA without work has no q ready
+    assert "first QK  min     6.0  median     6.5  p90     7.0  max     7.0 us" in out
+    assert "end       min    31.0  median    40.0  p90    49.0  max    49.0 us" in out
+    # epilogues 5, 5 and 9 us: median 5, max 9
+    assert "epilogue  per piece: median  5.00  max  9.00 us" in out
+    # (31 - 6) / 10 = 2.5 and (49 - 7) / 20 = 2.1 us per block
+    assert "median  2.30" in out and "max  2.50" in out
+    assert "slowest: cta (0, 1) pieces 2 blocks 20: 1.0 3.0 7.0 20.0 25.0 40.0 49.0" in out
+    assert "cta (0, 2)" not in out
+
+
+def test_summary_without_trace_lines(trace_cta, capsys):
+    trace_cta.summarize("case", "=== traced call\nno kernel output")
+    assert "no ctatrace lines" in capsys.readouterr().out
