@@ -79,9 +79,10 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 // Consumer release of a TMA-filled stage (its "empty" barrier), after the consumer's last read of it, generic
 // (ldmatrix, ld.shared) or async (WGMMA operands). No fence.proxy.async before the arrival: a generic read
 // followed by the next TMA write of the same bytes is a write-after-read that the arrival's release and the
-// producer's acquiring wait already order (CUTLASS's TMA pipelines release the same way). Measured on the H200
-// (2026-12-01, eighth session): the fence (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S) cost the wide kernel 5-10 %
-// at b = 64, h_q 64 / 128, since it waits for the warp's outstanding memory operations on the block's chain.
+// producer's acquiring wait already order (CUTLASS's TMA pipelines release the same way). The fence
+// (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S, waiting for the warp's outstanding memory operations) sat at the end
+// of every PV on the warpgroup's chain; removing it together with the softmax's IEEE divisions measured
+// 1.01-1.02x at b = 64 (H200, 2026-12-01, docs/notes/2026-12-01-h200-c.md).
 // The fence stays where it is needed: generic stores that a WGMMA or TMA reads next (the P^T hand-off).
 __device__ __forceinline__ void release_stage(uint64_t* empty_bar) { mbarrier_arrive(empty_bar); }
 
