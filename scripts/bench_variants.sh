@@ -6,10 +6,13 @@
 # per case and its ratio to the first variant, and writes all of it as one JSON, $OUT/bench_variants_<time>.json
 # (the device call brings back at most 8 files: per-variant logs stay in /tmp/variant_<name>/, build logs of
 # failed builds are copied to $OUT).
-#   SNAPMLA_VARIANTS="name:csrc_dir:flags;..."   csrc_dir "." = this tree's csrc, "+file.patch" = this tree with
-#                                               a patch applied (patch -p1, e.g. docs/experiments/*.patch), else
-#                                               a path to a csrc copy (e.g. under .out/, carried); flags e.g.
-#                                               -DSNAPMLA_TRACE_PHASES
+#   SNAPMLA_VARIANTS="name:csrc_dir:flags:env;..."  csrc_dir "." = this tree's csrc, "+file.patch" = this tree
+#                                               with a patch applied (patch -p1, e.g. docs/experiments/*.patch),
+#                                               "@other" = the build of variant `other` (no build of its own,
+#                                               e.g. to compare run-time settings), else a path to a csrc copy
+#                                               (e.g. under .out/, carried); flags e.g. -DSNAPMLA_TRACE_PHASES;
+#                                               env (optional): space-separated VAR=value set for the variant's
+#                                               tests and benchmark, e.g. SNAPMLA_FORCE_SPLIT=264
 #   SNAPMLA_VARIANT_TESTS="tests/test_decode_kernel_gpu.py" (default), SNAPMLA_VARIANT_CASES="" (bench_decode
 #   --cases substring; default: --quick), SNAPMLA_GIT_REV (recorded in the JSON),
 #   SNAPMLA_VARIANT_ROUNDS=2 (default): the variants' benchmarks run in rounds (A B C, A B C, ...) and the table
@@ -25,9 +28,13 @@ tests=${SNAPMLA_VARIANT_TESTS-tests/test_decode_kernel_gpu.py}
 jobs_each=$(( 16 / ${#VARIANTS[@]} )); [ $jobs_each -lt 1 ] && jobs_each=1
 t0=$(date +%s)
 names=()
+declare -A build_of env_of  # variant -> the variant whose build it runs; variant -> its environment settings
 for v in "${VARIANTS[@]}"; do
-  IFS=':' read -r name src flags <<< "$v"
+  IFS=':' read -r name src flags envs <<< "$v"
   names+=("$name")
+  env_of[$name]=${envs:-}
+  if [[ $src == @* ]]; then build_of[$name]=${src#@}; continue; fi
+  build_of[$name]=$name
   dir=/tmp/variant_$name
   rm -rf "$dir"; mkdir -p "$dir"
   tar -C "$ROOT" --exclude=./build --exclude=./.git --exclude=./.out --exclude=./.whl -cf - . | tar -C "$dir" -xf -
@@ -43,36 +50,40 @@ done
 wait
 echo "builds: $(( $(date +%s) - t0 )) s"
 for name in "${names[@]}"; do
+  [ "${build_of[$name]}" = "$name" ] || continue
   grep -E "error:|bytes spill" "/tmp/variant_$name/build.log" | grep -v " 0 bytes spill" | head -5
 done
 built=()
 for name in "${names[@]}"; do
-  dir=/tmp/variant_$name
+  dir=/tmp/variant_${build_of[$name]}
   [ -n "$(ls "$dir"/snapmla_ext/_C*.so 2>/dev/null)" ] || { echo "$name: no build"; continue; }
   built+=("$name")
-  rm -rf "$dir/out"; mkdir -p "$dir/out"
+  rm -rf "/tmp/variant_out_$name"; mkdir -p "/tmp/variant_out_$name"
   if [ -n "$tests" ]; then
-    ( cd "$dir" && timeout 300 python3 -m pytest -q -p no:cacheprovider -x $tests > "$dir/tests.log" 2>&1 )
-    echo "$name tests: $(tail -1 "$dir/tests.log")"
+    # shellcheck disable=SC2086
+    ( cd "$dir" && env ${env_of[$name]} timeout 300 python3 -m pytest -q -p no:cacheprovider -x $tests \
+        > "/tmp/variant_out_$name/tests.log" 2>&1 )
+    echo "$name tests: $(tail -1 "/tmp/variant_out_$name/tests.log")"
   fi
 done
 if [ -n "${SNAPMLA_VARIANT_CASES:-}" ]; then bargs="--cases ${SNAPMLA_VARIANT_CASES}"; else bargs="--quick"; fi
 bargs="$bargs ${SNAPMLA_VARIANT_BENCH_ARGS:-}"
 run_bench() {  # variant name, output folder
   # The copy has no .git: the JSON records the variant as its revision.
-  ( cd "/tmp/variant_$1" && SNAPMLA_GIT_REV="${SNAPMLA_GIT_REV:-unknown}+variant:$1" timeout 300 \
-      python3 bench/bench_decode.py $bargs --out "$2" >> "/tmp/variant_$1/bench.log" 2>&1 )
+  # shellcheck disable=SC2086
+  ( cd "/tmp/variant_${build_of[$1]}" && env ${env_of[$1]} SNAPMLA_GIT_REV="${SNAPMLA_GIT_REV:-unknown}+variant:$1" \
+      timeout 300 python3 bench/bench_decode.py $bargs --out "$2" >> "/tmp/variant_out_$1/bench.log" 2>&1 )
 }
-[ "${SNAPMLA_VARIANT_WARMUP:-1}" = "1" ] && [ ${#built[@]} -gt 0 ] && run_bench "${built[0]}" /tmp/variant_warmup
+[ "${SNAPMLA_VARIANT_WARMUP:-1}" = "1" ] && [ ${#built[@]} -gt 0 ] && run_bench "${built[0]}" /tmp/variant_out_warmup
 for (( round = 0; round < ${SNAPMLA_VARIANT_ROUNDS:-2}; ++round )); do
-  for name in "${built[@]}"; do run_bench "$name" "/tmp/variant_$name/out/round_$round"; done
+  for name in "${built[@]}"; do run_bench "$name" "/tmp/variant_out_$name/round_$round"; done
 done
 python3 - "$OUT" "${SNAPMLA_VARIANTS}" "${names[@]}" <<'PY'
 import glob, json, os, sys, time
 out, spec, names = sys.argv[1], sys.argv[2], sys.argv[3:]
 res, rounds, runs = {}, {}, {}
 for n in names:
-    for f in sorted(glob.glob(f"/tmp/variant_{n}/out/round_*/bench_decode_*.json")):
+    for f in sorted(glob.glob(f"/tmp/variant_out_{n}/round_*/bench_decode_*.json")):
         run = json.load(open(f))
         runs.setdefault(n, []).append(run)
         for r in run["results"]:
