@@ -4,7 +4,8 @@
 # repository, then run (one after the other, same GPU, same process layout) the quick decode benchmark and,
 # unless SNAPMLA_VARIANT_TESTS is empty, a correctness test file. Prints one table with each variant's time
 # per case and its ratio to the first variant, and writes all of it as one JSON, $OUT/bench_variants_<time>.json
-# (the device call brings back at most 8 files: per-variant logs stay in /tmp/variant_<name>/, build logs of
+# (the device call brings back at most 8 files: per-variant builds stay in $SNAPMLA_VARIANT_DIR/variant_<name>/
+# (default /tmp), their logs in .../variant_out_<name>/, build logs of
 # failed builds are copied to $OUT).
 #   SNAPMLA_VARIANTS="name:csrc_dir:flags:env;..."  csrc_dir "." = this tree's csrc, "+file.patch" = this tree
 #                                               with a patch applied (patch -p1, e.g. docs/experiments/*.patch),
@@ -22,6 +23,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+VDIR=${SNAPMLA_VARIANT_DIR:-/tmp}  # where the variants' copies and outputs go (tests/test_bench_variants.py: a temp dir)
 source scripts/device_env.sh
 IFS=';' read -ra VARIANTS <<< "${SNAPMLA_VARIANTS:?set SNAPMLA_VARIANTS}"
 tests=${SNAPMLA_VARIANT_TESTS-tests/test_decode_kernel_gpu.py}
@@ -35,7 +37,7 @@ for v in "${VARIANTS[@]}"; do
   env_of[$name]=${envs:-}
   if [[ $src == @* ]]; then build_of[$name]=${src#@}; continue; fi
   build_of[$name]=$name
-  dir=/tmp/variant_$name
+  dir=$VDIR/variant_$name
   rm -rf "$dir"; mkdir -p "$dir"
   tar -C "$ROOT" --exclude=./build --exclude=./.git --exclude=./.out --exclude=./.whl -cf - . | tar -C "$dir" -xf -
   if [[ $src == +* ]]; then
@@ -51,19 +53,19 @@ wait
 echo "builds: $(( $(date +%s) - t0 )) s"
 for name in "${names[@]}"; do
   [ "${build_of[$name]}" = "$name" ] || continue
-  grep -E "error:|bytes spill" "/tmp/variant_$name/build.log" | grep -v " 0 bytes spill" | head -5
+  grep -E "error:|bytes spill" "$VDIR/variant_$name/build.log" | grep -v " 0 bytes spill" | head -5
 done
 built=()
 for name in "${names[@]}"; do
-  dir=/tmp/variant_${build_of[$name]}
+  dir=$VDIR/variant_${build_of[$name]}
   [ -n "$(ls "$dir"/snapmla_ext/_C*.so 2>/dev/null)" ] || { echo "$name: no build"; continue; }
   built+=("$name")
-  rm -rf "/tmp/variant_out_$name"; mkdir -p "/tmp/variant_out_$name"
+  rm -rf "$VDIR/variant_out_$name"; mkdir -p "$VDIR/variant_out_$name"
   if [ -n "$tests" ]; then
     # shellcheck disable=SC2086
     ( cd "$dir" && env ${env_of[$name]} timeout 300 python3 -m pytest -q -p no:cacheprovider -x $tests \
-        > "/tmp/variant_out_$name/tests.log" 2>&1 )
-    echo "$name tests: $(tail -1 "/tmp/variant_out_$name/tests.log")"
+        > "$VDIR/variant_out_$name/tests.log" 2>&1 )
+    echo "$name tests: $(tail -1 "$VDIR/variant_out_$name/tests.log")"
   fi
 done
 if [ -n "${SNAPMLA_VARIANT_CASES:-}" ]; then bargs="--cases ${SNAPMLA_VARIANT_CASES}"; else bargs="--quick"; fi
@@ -71,19 +73,19 @@ bargs="$bargs ${SNAPMLA_VARIANT_BENCH_ARGS:-}"
 run_bench() {  # variant name, output folder
   # The copy has no .git: the JSON records the variant as its revision.
   # shellcheck disable=SC2086
-  ( cd "/tmp/variant_${build_of[$1]}" && env ${env_of[$1]} SNAPMLA_GIT_REV="${SNAPMLA_GIT_REV:-unknown}+variant:$1" \
-      timeout 300 python3 bench/bench_decode.py $bargs --out "$2" >> "/tmp/variant_out_$1/bench.log" 2>&1 )
+  ( cd "$VDIR/variant_${build_of[$1]}" && env ${env_of[$1]} SNAPMLA_GIT_REV="${SNAPMLA_GIT_REV:-unknown}+variant:$1" \
+      timeout 300 python3 bench/bench_decode.py $bargs --out "$2" >> "$VDIR/variant_out_$1/bench.log" 2>&1 )
 }
-[ "${SNAPMLA_VARIANT_WARMUP:-1}" = "1" ] && [ ${#built[@]} -gt 0 ] && run_bench "${built[0]}" /tmp/variant_out_warmup
+[ "${SNAPMLA_VARIANT_WARMUP:-1}" = "1" ] && [ ${#built[@]} -gt 0 ] && run_bench "${built[0]}" "$VDIR/variant_out_warmup"
 for (( round = 0; round < ${SNAPMLA_VARIANT_ROUNDS:-2}; ++round )); do
-  for name in "${built[@]}"; do run_bench "$name" "/tmp/variant_out_$name/round_$round"; done
+  for name in "${built[@]}"; do run_bench "$name" "$VDIR/variant_out_$name/round_$round"; done
 done
-python3 - "$OUT" "${SNAPMLA_VARIANTS}" "${names[@]}" <<'PY'
+python3 - "$OUT" "$VDIR" "${SNAPMLA_VARIANTS}" "${names[@]}" <<'PY'
 import glob, json, os, sys, time
-out, spec, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+out, vdir, spec, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 res, rounds, runs = {}, {}, {}
 for n in names:
-    for f in sorted(glob.glob(f"/tmp/variant_out_{n}/round_*/bench_decode_*.json")):
+    for f in sorted(glob.glob(f"{vdir}/variant_out_{n}/round_*/bench_decode_*.json")):
         run = json.load(open(f))
         runs.setdefault(n, []).append(run)
         for r in run["results"]:
