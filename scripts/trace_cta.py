@@ -1,5 +1,5 @@
 """Where a decode kernel's time goes outside its blocks (GPU, needs a build with -DSNAPMLA_TRACE_CTA, cta_trace.cuh):
-runs one flash_mla_with_kvcache call per case (after a warm-up call), reads the kernel's per-CTA printf lines
+runs one flash_mla_with_kvcache call per case (after five warm-up calls), reads the kernel's per-CTA printf lines
 (global time stamps) and prints, relative to the earliest CTA start:
 
   start     math entry of each CTA (after setmaxnreg and the PDL wait): min / median / max
@@ -18,6 +18,7 @@ and each CTA's time from its first QK to its end divided by its blocks (us per b
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -27,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run_case(name: str) -> None:
-    """Child process: one warm-up call, a marker line, one traced call (CUDA printf goes to this stdout)."""
+    """Child process: warm-up calls, a marker line, one traced call (CUDA printf goes to this stdout)."""
     import torch
 
     from bench.bench_decode import ANCHOR_CASES, SMALL_BATCH_CASES, case_inputs, random_snapmla_cache
@@ -49,53 +50,60 @@ def run_case(name: str) -> None:
           flush=True)
 
 
-def q(v: list[float], f: float) -> float:
+def quantile(v: list[float], f: float) -> float:
     return sorted(v)[min(len(v) - 1, int(f * len(v)))]
+
+
+@dataclasses.dataclass
+class Cta:
+    kernel: str
+    x: int
+    y: int
+    pieces: int
+    blocks: int
+    stamps: list[int]  # ns: entry, q ready, first QK, then (loop end, store end) per piece; entry only if no work
+
+
+def parse(lines: list[str]) -> list[Cta]:
+    ctas = []
+    for ln in lines:
+        f = ln.split()
+        if len(f) >= 7 and f[0] == "ctatrace":
+            ctas.append(Cta(f[1], int(f[2]), int(f[3]), int(f[4]), int(f[5]), [int(x) for x in f[6:] if int(x) != 0]))
+    return ctas
 
 
 def summarize(name: str, out: str) -> None:
     lines = out.split("=== traced call", 1)[-1].splitlines()
-    ctas = []
-    for ln in lines:
-        f = ln.split()
-        if len(f) >= 5 and f[0] == "ctatrace":
-            pieces, blocks = int(f[4]), int(f[5])
-            stamps = [int(x) for x in f[6:] if int(x) != 0]
-            ctas.append((f[1], int(f[2]), int(f[3]), pieces, stamps, blocks))
+    ctas = parse(lines)
     info = next((ln for ln in lines if ln.startswith("=== blocks")), "")
     if not ctas:
         print(f"{name}: no ctatrace lines (build with -DSNAPMLA_TRACE_CTA)")
         return
-    t0 = min(c[4][0] for c in ctas)
+    t0 = min(c.stamps[0] for c in ctas)
     us = lambda x: (x - t0) / 1e3  # noqa: E731
-    start = [us(c[4][0]) for c in ctas]
-    busy = [c for c in ctas if c[3] > 0]  # a CTA without pieces stamps its entry only
-    qready = [us(c[4][1]) for c in busy if len(c[4]) > 1]
-    firstqk = [us(c[4][2]) for c in busy if len(c[4]) > 2]
-    end = [us(c[4][-1]) for c in busy]
-    print(f"== {name} ({ctas[0][0]} kernel, {len(ctas)} CTAs, {len(ctas) - len(busy)} without work; {info[4:]})")
-    for label, v in (("start", start), ("q ready", qready), ("first QK", firstqk), ("end", end)):
+    busy = [c for c in ctas if c.pieces > 0]
+    print(f"== {name} ({ctas[0].kernel} kernel, {len(ctas)} CTAs, {len(ctas) - len(busy)} without work; {info[4:]})")
+    rows = (("start", [us(c.stamps[0]) for c in ctas]),
+            ("q ready", [us(c.stamps[1]) for c in busy if len(c.stamps) > 1]),
+            ("first QK", [us(c.stamps[2]) for c in busy if len(c.stamps) > 2]),
+            ("end", [us(c.stamps[-1]) for c in busy]))
+    for label, v in rows:
         if v:
-            print(f"  {label:<9} min {min(v):7.1f}  median {statistics.median(v):7.1f}  p90 {q(v, 0.9):7.1f}  "
+            print(f"  {label:<9} min {min(v):7.1f}  median {statistics.median(v):7.1f}  p90 {quantile(v, 0.9):7.1f}  "
                   f"max {max(v):7.1f} us")
-    # Per piece: block loop end -> store end (the epilogue), and store end -> next loop end.
-    epi = []
-    for c in busy:
-        s = c[4]
-        ev = s[3:]  # loop end, store end, loop end, store end, ...
-        for k in range(0, len(ev) - 1, 2):
-            epi.append((ev[k + 1] - ev[k]) / 1e3)
+    # Per piece: block loop end -> store end (the epilogue).
+    epi = [(ev[k + 1] - ev[k]) / 1e3 for c in busy for ev in [c.stamps[3:]] for k in range(0, len(ev) - 1, 2)]
     if epi:
         print(f"  epilogue  per piece: median {statistics.median(epi):5.2f}  max {max(epi):5.2f} us")
-    # Blocks per us of each CTA between its first QK and its end: the block rate, and how it spreads.
-    rate = [(c[4][-1] - c[4][2]) / 1e3 / c[5] for c in busy if len(c[4]) > 2 and c[5] > 0]
+    # Each CTA's time from its first QK to its end per block: the block rate, and how it spreads.
+    rate = [(c.stamps[-1] - c.stamps[2]) / 1e3 / c.blocks for c in busy if len(c.stamps) > 2 and c.blocks > 0]
     if rate:
         print(f"  us per block (first QK -> end, epilogues included): median {statistics.median(rate):5.2f}  "
-              f"p90 {q(rate, 0.9):5.2f}  max {max(rate):5.2f}")
-    slow = sorted(busy, key=lambda c: -c[4][-1])[:3]
-    for c in slow:
-        s = c[4]
-        print(f"  slowest: cta ({c[1]}, {c[2]}) pieces {c[3]} blocks {c[5]}: " + " ".join(f"{us(x):.1f}" for x in s))
+              f"p90 {quantile(rate, 0.9):5.2f}  max {max(rate):5.2f}")
+    for c in sorted(busy, key=lambda c: -c.stamps[-1])[:3]:
+        print(f"  slowest: cta ({c.x}, {c.y}) pieces {c.pieces} blocks {c.blocks}: "
+              + " ".join(f"{us(x):.1f}" for x in c.stamps))
 
 
 def main() -> None:

@@ -3,6 +3,7 @@ per-piece epilogue times and the per-block rate, on synthetic lines whose answer
 
 import importlib.util
 import os
+import sys
 
 import pytest
 
@@ -13,8 +14,10 @@ SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 def trace_cta():
     spec = importlib.util.spec_from_file_location("trace_cta", SCRIPT)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules["trace_cta"] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
-    return mod
+    yield mod
+    sys.modules.pop("trace_cta", None)
 
 
 def _line(x, y, pieces, blocks, stamps_ns):

@@ -1,6 +1,6 @@
 // Debug build -DSNAPMLA_TRACE_CTA: when each CTA of a decode kernel starts, gets its first block, and ends each
-// piece, in global time (%globaltimer, ns). Thread 0 of math warpgroup 0 keeps up to CTA_TRACE_EVENTS stamps in
-// registers and prints one line per CTA when it is done:
+// piece, in global time (%globaltimer, ns). Thread 0 of math warpgroup 0 keeps up to CTA_TRACE_EVENTS stamps (in
+// local memory: the array is indexed by the running count) and prints one line per CTA when it is done:
 //   ctatrace <kernel> <blockIdx.x> <blockIdx.y> <pieces> <blocks> <t_0> <t_1> ...
 // with the events in program order: math entry (after setmaxnreg and the PDL wait), first query tile ready,
 // first block's QK retired, then per piece the end of its block loop and the end of its store. Question it
@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <cstdio>
+
+#include "kernels/sm90/decode_fp8/config.h"
 
 namespace snapmla::sm90::decode_fp8 {
 
@@ -24,7 +26,7 @@ struct CtaTimeline {
   int pieces = 0;
   int blocks = 0;  // blocks of the CTA's walk (both warpgroups' own blocks)
   bool on;
-  __device__ __forceinline__ explicit CtaTimeline(int wg) : on(wg == 0 && threadIdx.x % 128 == 0) { mark(); }
+  __device__ __forceinline__ explicit CtaTimeline(int wg) : on(wg == 0 && threadIdx.x % WG_THREADS == 0) { mark(); }
   __device__ __forceinline__ void mark() {
     if (!on || n >= CTA_TRACE_EVENTS) return;
     uint64_t now;
