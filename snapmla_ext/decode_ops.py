@@ -40,33 +40,23 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _positive_env_int(name: str) -> Optional[int]:
-    value = os.environ.get(name)
-    if not value:
-        return None
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return n
-
-
 def default_num_sm_parts(num_q_tokens_per_head_k: int, num_heads_k: int = 1, device="cuda") -> int:
-    """Schedule rows: FlashMLA's one per SM across the M tiles, max(sm_count // num_m_tiles // h_k, 1) with
-    num_m_tiles = ceil(s_q * h_q / 64), times SNAPMLA_ROWS_PER_CTA (default 1; with more rows than CTAs the
-    CTAs take the extra rows as they finish, csrc/kernels/sm90/decode_fp8/row_queue.cuh).
-    SNAPMLA_FORCE_SPLIT=<n> overrides it (n >= 1)."""
-    forced = _positive_env_int("SNAPMLA_FORCE_SPLIT")
-    if forced is not None:
-        return forced
-    rows_per_cta = _positive_env_int("SNAPMLA_ROWS_PER_CTA") or 1
+    """FlashMLA's default: one CTA per SM across the M tiles, i.e. max(sm_count // num_m_tiles // h_k, 1), with
+    num_m_tiles = ceil(s_q * h_q / 64). SNAPMLA_FORCE_SPLIT=<n> overrides it (n >= 1)."""
+    forced = os.environ.get("SNAPMLA_FORCE_SPLIT")
+    if forced:
+        try:
+            n = int(forced)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"SNAPMLA_FORCE_SPLIT must be a positive integer (num_sm_parts), got {forced!r}")
+        return n
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     num_m_tiles = -(-int(num_q_tokens_per_head_k) // BLOCK_M)
-    return rows_per_cta * max(_sm_count(device) // max(num_m_tiles, 1) // max(int(num_heads_k), 1), 1)
+    return max(_sm_count(device) // max(num_m_tiles, 1) // max(int(num_heads_k), 1), 1)
 
 
 @dataclasses.dataclass

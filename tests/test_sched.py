@@ -172,24 +172,6 @@ def test_force_split_env_invalid(monkeypatch):
         default_num_sm_parts(128, 1, "cpu")
 
 
-def test_rows_per_cta_env(monkeypatch):
-    """SNAPMLA_ROWS_PER_CTA multiplies the default rows (the CTAs take the extra ones, row_queue.cuh);
-    SNAPMLA_FORCE_SPLIT still wins."""
-    monkeypatch.setattr(decode_ops, "_sm_count", lambda device: 132)
-    monkeypatch.setenv("SNAPMLA_ROWS_PER_CTA", "3")
-    assert default_num_sm_parts(16, 1, "cpu") == 396
-    assert default_num_sm_parts(2 * 128, 1, "cpu") == 99  # 4 m-tiles: 33 CTAs per column
-    monkeypatch.setenv("SNAPMLA_FORCE_SPLIT", "500")
-    assert default_num_sm_parts(16, 1, "cpu") == 500
-
-
-@pytest.mark.parametrize("value", ["0", "-2", "two"])
-def test_rows_per_cta_env_invalid(monkeypatch, value):
-    monkeypatch.setenv("SNAPMLA_ROWS_PER_CTA", value)
-    with pytest.raises(ValueError, match=f"SNAPMLA_ROWS_PER_CTA must be a positive integer, got '{value}'"):
-        default_num_sm_parts(128, 1, "cpu")
-
-
 def test_new_style_metadata_is_empty():
     meta, none = get_mla_metadata()
     assert none is None and not meta.have_initialized and meta.tile_scheduler_metadata is None

@@ -186,7 +186,6 @@ std::tuple<at::Tensor, at::Tensor> decode_impl(const at::Tensor& q_content, cons
       .tile_scheduler_metadata = tile_scheduler_metadata.data_ptr<int>(),
       .num_splits = num_splits.data_ptr<int>(),
       .num_sm_parts = static_cast<int>(num_sm_parts),
-      .sm_count = at::cuda::getCurrentDeviceProperties()->multiProcessorCount,
       .o_accum = o_accum.data_ptr<float>(),
       .lse_accum = lse_accum.data_ptr<float>(),
       .max_total_splits = static_cast<int>(max_total_splits),

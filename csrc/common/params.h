@@ -42,8 +42,7 @@ struct DecodeParams {
   // ---- split-KV (sched/sched_meta.h) ----
   const int* tile_scheduler_metadata;  // (num_sm_parts, SCHED_META_INTS) int32
   const int* num_splits;               // (b + 1,) int32: exclusive prefix sum of splits per request
-  int num_sm_parts;                    // rows of tile_scheduler_metadata (the grid has at most one CTA per row)
-  int sm_count;                        // SMs of the device: grid.y <= sm_count / m-tiles (launch.h row_ctas)
+  int num_sm_parts;                    // CTAs along the KV dimension of the grid
   float* o_accum;                      // (total_splits, q_rows, 512) fp32, each piece's normalised O~ / L~ (see combine)
   float* lse_accum;                    // (total_splits, q_rows) fp32, log2-domain partial lse, -inf when empty
   int max_total_splits;                // capacity of o_accum / lse_accum along their first dim

@@ -58,8 +58,7 @@ __global__ void __launch_bounds__(SCHED_THREADS, 1)
     row[END_REQ] = plan.end_req;
     row[END_BLOCK] = plan.end_block;
     row[BEGIN_SPLIT] = plan.begin_split;
-    // ROWS_TAKEN / CTAS_DONE start at 0 (the decode kernel leaves them so); the padding is written so it is defined.
-    for (int i = BEGIN_SPLIT + 1; i < SCHED_META_INTS; ++i) row[i] = 0;
+    for (int i = BEGIN_SPLIT + 1; i < SCHED_META_INTS; ++i) row[i] = 0;  // padding, written so it is defined
   }
 
   // Phase 3: num_splits = exclusive prefix sum of pieces per request.

@@ -3,18 +3,12 @@
 //
 // The KV work of all requests is laid out as one list of 64-token blocks, request after request. The scheduler
 // cuts it into num_sm_parts contiguous runs of about equal cost (cost of a request = its blocks + a fixed
-// overhead per request), the rows of the plan. The decode grid has min(num_sm_parts, SMs / m-tiles) CTAs per
-// m-tile column: CTA y walks row y, then (with more rows than CTAs) rows taken from a counter, so a CTA that
-// runs slow takes fewer rows (decode_fp8/row_queue.cuh). Row i of tile_scheduler_metadata (int32):
+// overhead per request), one per CTA column of the decode grid. Row i of tile_scheduler_metadata (int32):
 //   [BEGIN_REQ]       first request the CTA touches
 //   [BEGIN_BLOCK]     first block (64-token index) within BEGIN_REQ
 //   [END_REQ]         last request the CTA touches (inclusive)
 //   [END_BLOCK]       one past the last block within END_REQ (exclusive)
 //   [BEGIN_SPLIT]     split index within BEGIN_REQ of this CTA's first piece (later requests start at split 0)
-//   [ROWS_TAKEN]      row t < m-tiles only: rows taken from the counter by m-tile column t in the running launch
-//   [CTAS_DONE]       row t < m-tiles only: that column's CTAs that took their last row
-// The last two are 0 between launches (the scheduler writes 0, the last CTA of a column writes 0 back), so the
-// tensor must not be shared by two decode calls that run at the same time (e.g. on two streams).
 // A CTA with no work has BEGIN_REQ > END_REQ. num_splits (b + 1) is the exclusive prefix sum of the number
 // of pieces per request; a request with exactly one piece is written straight to out/lse by the decode kernel,
 // otherwise each piece writes o_accum/lse_accum[num_splits[r] + split] and the combine kernel merges them.
@@ -44,8 +38,6 @@ enum SchedMetaField : int {
   END_REQ = 2,
   END_BLOCK = 3,
   BEGIN_SPLIT = 4,
-  ROWS_TAKEN = 5,
-  CTAS_DONE = 6,
   SCHED_META_INTS = 8,  // padded to 32 B
 };
 

@@ -56,9 +56,6 @@ static_assert(MATH_REGS % 8 == 0 && PRODUCER_REGS % 8 == 0, "setmaxnreg takes mu
 // tile). With no V^T buffers (64 KB in v11) there is room for 4.
 inline constexpr int KV_STAGES = 4;
 inline constexpr int KV_STAGE_TX_BYTES = CONTENT_TILES * CONTENT_TILE_BYTES + ROPE_TILE_BYTES + BLOCK_N * 4;
-// Schedule rows handed from the producer to the math warpgroups (row_queue.cuh): the producer takes row k + 1
-// while the math warpgroups still walk row k.
-inline constexpr int ROW_SLOTS = 2;
 // The query tile: 4 warp slabs of rows_per_warp rows (launch.h), content and RoPE (TMA counts whole boxes).
 inline constexpr int MATH_WARPS_PER_WG = WG_THREADS / 32;  // 4
 __device__ __forceinline__ constexpr int q_tx_bytes(int rows_per_warp) {

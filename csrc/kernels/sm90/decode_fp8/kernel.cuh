@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_kernel(cons
   init_pipeline(kp, ss, MATH_THREADS);  // kv_empty: both math warpgroups, after their PV of the block
   __syncthreads();
 
-  split_roles<PRODUCER_REGS, MATH_REGS>(kp, ss, [&](int wg) { run_math(kp, ss, wg); });
+  split_roles<PRODUCER_REGS, MATH_REGS>(kp, ss, [&](const SchedRow& row, int wg) { run_math(kp, ss, row, wg); });
 }
 
 }  // namespace snapmla::sm90::decode_fp8

@@ -32,15 +32,9 @@ inline constexpr int NARROW_MAX_Q_ROWS = 16;
 // (instantiations/decode_fp8_e4m3.cu, use_narrow, says why).
 inline constexpr int NARROW_MIN_BLOCKS_PER_CTA = 32;
 
-// CTAs per m-tile column of the decode grid (grid.y): one per SM over the m_tiles columns, and never more than
-// the schedule rows. With more rows than that the CTAs take the rest as they finish (row_queue.cuh), which
-// needs num_sm_parts >= m_tiles (column t counts in metadata row t); otherwise, or with SNAPMLA_STATIC_ROWS=1
-// (read per call: A/B in one process), every row gets its own CTA as before row_queue.
-int row_ctas(int num_sm_parts, int m_tiles, int sm_count);
-
-// Launches the decode kernel: the narrow one over grid (1, row_ctas) when use_narrow (q_rows <=
+// Launches the decode kernel: the narrow one over grid (1, num_sm_parts) when use_narrow (q_rows <=
 // NARROW_MAX_Q_ROWS and enough work, or SNAPMLA_DECODE_KERNEL=narrow), else the wide one over grid
-// (num_m_tiles(q_rows), row_ctas). Writes out/lse for requests done in one piece and o_accum/lse_accum
+// (num_m_tiles(q_rows), num_sm_parts). Writes out/lse for requests done in one piece and o_accum/lse_accum
 // for split ones (the combine kernel runs after, see combine/launch.h).
 // launch_first (may be empty) is launched right before the decode kernel, once the kernel parameters (tensor
 // maps) are built: the call's Fused-Q-Quant goes there, so that no host work separates the two kernels.

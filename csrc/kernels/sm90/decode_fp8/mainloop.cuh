@@ -38,7 +38,6 @@
 #include "kernels/sm90/decode_fp8/exchange.cuh"
 #include "kernels/sm90/decode_fp8/narrow/pv.cuh"
 #include "kernels/sm90/decode_fp8/phase_trace.cuh"
-#include "kernels/sm90/decode_fp8/row_queue.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
 #include "kernels/sm90/decode_fp8/softmax.cuh"
 #include "kernels/sm90/decode_fp8/traits.h"
@@ -149,7 +148,7 @@ __device__ __forceinline__ void pv_after_handoff(float (&o)[PV_M_TILES][32], Sha
     pv_block<true>(o, ss, n, wg, warp, lane, n_valid);
 }
 
-__device__ void run_math(const KernelParams& kp, SharedStorage& ss, int wg) {
+__device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedRow& row, int wg) {
   const DecodeParams& p = kp.p;
   const int tid = threadIdx.x % WG_THREADS;
   const int warp = tid / 32;
@@ -164,25 +163,11 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, int wg) {
   const bool live_rows = warp_q_row0 < p.q_rows;
 
   int block_idx = 0;  // running index of the piece's first block
-  WalkCount wc;  // running piece index and walk step (row_queue.cuh)
+  int piece = 0;
   PhaseTimer tm(SNAPMLA_TRACE_BUFFER(ss, wg));  // -DSNAPMLA_TRACE_PHASES only (phase_trace.cuh)
   CtaTimeline ct(wg);                           // -DSNAPMLA_TRACE_CTA only (cta_trace.cuh)
-  // One loop over the pieces of every row the CTA walks (row_queue.cuh), with the step to the next row inside:
-  // as two nested loops the wide kernel spilled 36 B (the compiler kept the outer loop's values apart).
-  int req = 0, end_req = -1;  // the request of the next piece and the last of its row
-  for (;;) {
-    if (req > end_req) {  // the row is done (or none is held yet): the next one; an empty row loops again
-      if (wc.step() != WalkCount::NO_STEP) release_row(ss, wc.step());
-      wc.next_step();
-      const int index = wait_row(ss, wc.step());
-      if (index < 0) break;
-      const SchedRow row = load_sched_row(p, index);
-      req = row.begin_req;
-      end_req = row.end_req;
-      continue;
-    }
-    const int piece = wc.piece();
-    const Piece pc = make_piece(p, ring_row(ss, wc.step()), req);
+  for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
+    const Piece pc = make_piece(p, row, req);
     float q_mul[2];
     int limit[2];  // visible tokens of the row: causal query token s sees 0 .. seqlen - s_q + s
 #pragma unroll
@@ -261,13 +246,11 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, int wg) {
     tm.mark(TP_PIECE_EDGES);
     ct.mark();
     block_idx += n_blocks;
-    store_piece(p, ss, req, piece_split(p, ring_row(ss, wc.step()), req), m_tile, wg, warp, lane, o, st);
+    store_piece(p, ss, req, piece_split(p, row, req), m_tile, wg, warp, lane, o, st);
     tm.mark(TP_EPILOGUE);
     ct.mark();
     ct.piece_done(n_blocks);
-    ++req;
-    wc.next_piece();
-  }  // the -1 is not released: the producer takes no more rows
+  }
   tm.print(wg);
   ct.print("wide");
 }

@@ -1,8 +1,6 @@
-// The CTA's walk over its schedule rows (sched/sched_meta.h): per row, requests BEGIN_REQ .. END_REQ, one piece
-// each. The producer and both math warpgroups walk the same rows, pieces and blocks in the same order and count
-// blocks and pieces with one running index each per CTA, which is what gives every barrier its stage and phase.
-// Which rows a CTA walks: row_queue.cuh (its own blockIdx.y first, then rows taken from a counter when the
-// metadata has more rows than the grid has CTAs).
+// The CTA's walk over its schedule row (sched/sched_meta.h): requests BEGIN_REQ .. END_REQ, one piece each.
+// The producer and both math warpgroups walk the same pieces and blocks in the same order and count blocks with
+// one running index per CTA, which is what gives every barrier its stage and phase.
 #pragma once
 
 #include "common/params.h"
@@ -12,19 +10,19 @@
 
 namespace snapmla::sm90::decode_fp8 {
 
-// The request range of one schedule row; the block and split bounds stay in global memory (read once per piece
-// through L1, the row's index passed again at each use) so that no role keeps more registers for them.
+// The request range of the CTA's schedule row; the block and split bounds stay in global memory (read once per
+// piece through L1) so that no role keeps five registers for them.
 struct SchedRow {
   int begin_req, end_req;
 };
 
 // Rebuilt at each use (opaque) rather than kept as a 64-bit pointer across the math warpgroups' block loop.
-__device__ __forceinline__ const int* sched_meta_row(const DecodeParams& p, int index) {
-  return p.tile_scheduler_metadata + opaque(index) * sched::SCHED_META_INTS;  // (num_sm_parts, 8)
+__device__ __forceinline__ const int* sched_meta_row(const DecodeParams& p) {
+  return p.tile_scheduler_metadata + opaque(static_cast<int>(blockIdx.y)) * sched::SCHED_META_INTS;  // (num_sm_parts, 8)
 }
 
-__device__ __forceinline__ SchedRow load_sched_row(const DecodeParams& p, int index) {
-  const int* meta = sched_meta_row(p, index);
+__device__ __forceinline__ SchedRow load_sched_row(const DecodeParams& p) {
+  const int* meta = sched_meta_row(p);
   return SchedRow{meta[sched::BEGIN_REQ], meta[sched::END_REQ]};
 }
 
@@ -46,21 +44,19 @@ __device__ __forceinline__ int row_visible_tokens(const DecodeParams& p, int seq
   return p.causal && valid ? seqlen - p.s_q + q_row / p.h_q + 1 : seqlen;
 }
 
-// Index of request req's piece in metadata row `index` (the first request may continue a split one).
-__device__ __forceinline__ int piece_split(const DecodeParams& p, int index, int req) {
-  const int* meta = sched_meta_row(p, index);
-  return req == meta[sched::BEGIN_REQ] ? meta[sched::BEGIN_SPLIT] : 0;
+// Index of the request's piece that starts this schedule row (the first request may continue a split one).
+__device__ __forceinline__ int piece_split(const DecodeParams& p, const SchedRow& row, int req) {
+  return req == row.begin_req ? sched_meta_row(p)[sched::BEGIN_SPLIT] : 0;
 }
 
-// Piece `req` of metadata row `index` (BEGIN_REQ <= req <= END_REQ).
-__device__ __forceinline__ Piece make_piece(const DecodeParams& p, int index, int req) {
-  const int* meta = sched_meta_row(p, index);
+__device__ __forceinline__ Piece make_piece(const DecodeParams& p, const SchedRow& row, int req) {
+  const int* meta = sched_meta_row(p);
   const int capacity = p.max_pages_per_req * BLOCK_N;
   const int seqlen = min(max(p.cache_seqlens[req], 0), capacity);
   const int n_blocks = (seqlen + BLOCK_N - 1) / BLOCK_N;
-  int blk_end = req == meta[sched::END_REQ] ? meta[sched::END_BLOCK] : n_blocks;
+  int blk_end = req == row.end_req ? meta[sched::END_BLOCK] : n_blocks;
   blk_end = min(blk_end, n_blocks);
-  const bool first = req == meta[sched::BEGIN_REQ];
+  const bool first = req == row.begin_req;
   const int blk_begin = min(first ? meta[sched::BEGIN_BLOCK] : 0, blk_end);
   return Piece{req, blk_begin, blk_end, seqlen};
 }

@@ -8,7 +8,6 @@
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
 #include "kernels/sm90/decode_fp8/kernel_prologue.cuh"
-#include "kernels/sm90/decode_fp8/row_queue.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
 #include "kernels/sm90/decode_fp8/traits.h"
 
@@ -16,8 +15,7 @@ namespace snapmla::sm90::decode_fp8 {
 
 // Kernel prologue of both decode kernels, before their __syncthreads: thread 0 initialises the barriers
 // (kv_full / q_full: one arrival plus the TMA bytes; q_empty: both math warpgroups; kv_empty: kv_empty_arrivals,
-// the threads that read a stage; the row ring of row_queue.cuh), the producer's first thread prefetches the
-// five tensor maps.
+// the threads that read a stage), the producer's first thread prefetches the five tensor maps.
 template <typename Storage>
 __device__ __forceinline__ void init_pipeline(const KernelParams& kp, Storage& ss, int kv_empty_arrivals) {
   if (threadIdx.x == 0) {
@@ -30,11 +28,6 @@ __device__ __forceinline__ void init_pipeline(const KernelParams& kp, Storage& s
     for (int i = 0; i < Storage::kQBufs; ++i) {
       mbarrier_init(&ss.q_full[i], 1);
       mbarrier_init(&ss.q_empty[i], MATH_THREADS);
-    }
-#pragma unroll
-    for (int i = 0; i < ROW_SLOTS; ++i) {
-      mbarrier_init(&ss.row_full[i], 1);
-      mbarrier_init(&ss.row_empty[i], MATH_THREADS);
     }
     fence_barrier_init();
   }
@@ -52,74 +45,61 @@ __device__ __forceinline__ void issue_query_tile(const KernelParams& kp, Storage
   tma_load_3d(ss.q_rope[qbuf], &kp.tm_q_rope, &ss.q_full[qbuf], 0, 0, req);
 }
 
-// Warp 0 of the producer warpgroup: lane 0 takes the CTA's schedule rows one by one (row_queue.cuh) and issues
-// the query tile of each piece, then its pages, in the order the math warpgroups consume them, blocking on each
-// barrier it needs (it has nothing else to do). The page
+// Warp 0 of the producer warpgroup: lane 0 issues the query tile of each piece, then its pages, in the order
+// the math warpgroups consume them, blocking on each barrier it needs (it has nothing else to do). The page
 // ids come 32 at a time, one coalesced load per 32 blocks by the whole warp, issued a chunk ahead and handed to
 // lane 0 by shuffles: read one by one, each id's global-load latency sat between two TMA issues (small
 // batches, ~16 blocks per CTA: 10 us of 60, H200).
 template <typename Storage>
-__device__ void run_producer(const KernelParams& kp, Storage& ss) {
+__device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow& row) {
   constexpr int STAGES_ = Storage::kStages, Q_BUFS_ = Storage::kQBufs;
   const DecodeParams& p = kp.p;
   const int lane = threadIdx.x % 32;
   int n = 0;  // running block index
   int piece = 0;
-  for (int k = 0;; ++k) {  // the CTA's schedule rows (row_queue.cuh)
-    int index = 0;
+  for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
+    const Piece pc = make_piece(p, row, req);
+    const int qbuf = piece % Q_BUFS_;
+    const int* bt = p.block_table + static_cast<int64_t>(req) * p.block_table_batch_stride;  // (b, max_pages)
+    // Ids of blocks blk_begin + 32 c + lane (chunk c); past blk_end nothing is read (the table may hold garbage
+    // or sentinels there, and its row may end).
+    auto chunk_ids = [&](int c) {
+      const int blk = pc.blk_begin + 32 * c + lane;
+      return blk < pc.blk_end ? bt[blk] : 0;
+    };
+    int ids = chunk_ids(0);
     if (lane == 0) {
-      index = take_row(p, k);
-      publish_row(ss, k, index);
+      // The buffer of piece - Q_BUFS is free once both math warpgroups did their last QK of that piece.
+      if (piece >= Q_BUFS_) mbarrier_wait(&ss.q_empty[qbuf], ((piece / Q_BUFS_) - 1) & 1);
+      issue_query_tile(kp, ss, qbuf, req);  // overloaded per Storage
     }
-    index = __shfl_sync(0xffffffffu, index, 0);
-    if (index < 0) break;
-    const SchedRow row = load_sched_row(p, index);
-    for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
-      const Piece pc = make_piece(p, index, req);
-      const int qbuf = piece % Q_BUFS_;
-      const int* bt = p.block_table + static_cast<int64_t>(req) * p.block_table_batch_stride;  // (b, max_pages)
-      // Ids of blocks blk_begin + 32 c + lane (chunk c); past blk_end nothing is read (the table may hold garbage
-      // or sentinels there, and its row may end).
-      auto chunk_ids = [&](int c) {
-        const int blk = pc.blk_begin + 32 * c + lane;
-        return blk < pc.blk_end ? bt[blk] : 0;
-      };
-      int ids = chunk_ids(0);
-      if (lane == 0) {
-        // The buffer of piece - Q_BUFS is free once both math warpgroups did their last QK of that piece.
-        if (piece >= Q_BUFS_) mbarrier_wait(&ss.q_empty[qbuf], ((piece / Q_BUFS_) - 1) & 1);
-        issue_query_tile(kp, ss, qbuf, req);  // overloaded per Storage
-      }
-      for (int c = 0; 32 * c < pc.blk_end - pc.blk_begin; ++c) {
-        const int next_ids = chunk_ids(c + 1);
-        const int in_chunk = min(32, pc.blk_end - pc.blk_begin - 32 * c);
-        for (int i = 0; i < in_chunk; ++i, ++n) {
-          const int page = __shfl_sync(0xffffffffu, ids, i);
-          if (lane == 0) {
-            const int stage = n % STAGES_;
-            if (n >= STAGES_) mbarrier_wait(&ss.kv_empty[stage], ((n / STAGES_) - 1) & 1);
-            uint64_t* bar = &ss.kv_full[stage];
-            mbarrier_arrive_expect_tx(bar, kvl::PAGE_BYTES);
+    for (int c = 0; 32 * c < pc.blk_end - pc.blk_begin; ++c) {
+      const int next_ids = chunk_ids(c + 1);
+      const int in_chunk = min(32, pc.blk_end - pc.blk_begin - 32 * c);
+      for (int k = 0; k < in_chunk; ++k, ++n) {
+        const int page = __shfl_sync(0xffffffffu, ids, k);
+        if (lane == 0) {
+          const int stage = n % STAGES_;
+          if (n >= STAGES_) mbarrier_wait(&ss.kv_empty[stage], ((n / STAGES_) - 1) & 1);
+          uint64_t* bar = &ss.kv_full[stage];
+          mbarrier_arrive_expect_tx(bar, kvl::PAGE_BYTES);
 #pragma unroll
-            for (int t = 0; t < CONTENT_TILES; ++t)
-              tma_load_3d(ss.kv_content[stage][t], &kp.tm_kv_content, bar, t * SWIZZLE_ROW_BYTES, 0, page);
-            tma_load_3d(ss.kv_rope[stage], &kp.tm_kv_rope, bar, 0, 0, page);
-            tma_load_2d(ss.kv_scale[stage], &kp.tm_kv_scale, bar, 0, page);
-          }
-          __syncwarp();
+          for (int t = 0; t < CONTENT_TILES; ++t)
+            tma_load_3d(ss.kv_content[stage][t], &kp.tm_kv_content, bar, t * SWIZZLE_ROW_BYTES, 0, page);
+          tma_load_3d(ss.kv_rope[stage], &kp.tm_kv_rope, bar, 0, 0, page);
+          tma_load_2d(ss.kv_scale[stage], &kp.tm_kv_scale, bar, 0, page);
         }
-        ids = next_ids;
+        __syncwarp();
       }
+      ids = next_ids;
     }
   }
-  if (lane == 0) finish_rows(p);
 }
 
 // The role split of both decode kernels, after their prologue's __syncthreads: the producer warpgroup gives
 // registers back and its first warp runs run_producer; the math warpgroups take PRODUCER's share and run
-// run_math(wg) (a callable), which walks the rows that read_row hands it. Schedule rows are read after the split:
-// values live across setmaxnreg would be spilled. A row with no work (BEGIN_REQ > END_REQ) runs both roles
-// through empty loops.
+// run_math(wg) (a callable). The schedule row is read after the split: values live across setmaxnreg would be
+// spilled. A CTA with no work (BEGIN_REQ > END_REQ) runs both roles through empty loops.
 // PDL (common/pdl.h): nothing before this point touches global memory (the barrier init and the tensor-map
 // prefetch read shared memory and kernel parameters), so that prologue overlaps the previous kernel's tail; the
 // combine kernel may be scheduled from here on (it waits for this grid to complete before it reads).
@@ -130,10 +110,10 @@ __device__ __forceinline__ void split_roles(const KernelParams& kp, Storage& ss,
   const int wg = threadIdx.x / WG_THREADS;
   if (wg == PRODUCER_WG) {
     setmaxnreg_dec<PRODUCER_REGS_>();
-    if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<Storage>(kp, ss);
+    if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<Storage>(kp, ss, load_sched_row(kp.p));
   } else {
     setmaxnreg_inc<MATH_REGS_>();
-    run_math(wg);
+    run_math(load_sched_row(kp.p), wg);
   }
 }
 

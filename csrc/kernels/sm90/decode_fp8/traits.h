@@ -35,7 +35,7 @@ static_assert(KvTraits<__nv_fp8_e4m3>::ELEM_BYTES == kvl::CONTENT_ELEM_BYTES, "k
 //   kv_rope     32768  (4 stages x 64 tokens x 64 bf16, Swizzle-128B; after the owner's QK, the hand-off)
 //   kv_scale     1024  (4 stages x 64 fp32)
 //   row_state    2048  (per math warpgroup, per tile row: {m, inv, L~}, read by columns in the epilogue)
-//   barriers      ~170, row_ring 8
+//   barriers      ~130
 inline constexpr int TRACE_SLOTS = 16;  // per math warpgroup, -DSNAPMLA_TRACE_PHASES only (phase_trace.cuh)
 
 struct alignas(1024) SharedStorage {
@@ -51,9 +51,6 @@ struct alignas(1024) SharedStorage {
   uint64_t xchg_full[KV_STAGES]; // WG_THREADS arrivals: the owner wrote the hand-off into kv_rope (exchange.cuh)
   uint64_t q_full[1];            // TMA: q_tx_bytes(rows_per_warp), one arrival
   uint64_t q_empty[1];           // MATH_THREADS arrivals (each math warpgroup's last QK of the piece retired)
-  uint64_t row_full[ROW_SLOTS];  // one arrival: the producer wrote row_ring (row_queue.cuh)
-  uint64_t row_empty[ROW_SLOTS]; // MATH_THREADS arrivals: each math thread read it
-  int row_ring[ROW_SLOTS];       // schedule row of a walk step, -1 at the end
 #ifdef SNAPMLA_TRACE_PHASES
   unsigned long long trace[NUM_MATH_WG][TRACE_SLOTS];  // debug build only: phase_trace.cuh
 #endif

@@ -3,7 +3,6 @@
 // when the work per CTA is large enough (use_narrow).
 #include <cuda_fp8.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -23,7 +22,7 @@ namespace {
 // CTA: the narrow kernel is 1.2-1.6x faster from ~60 blocks per CTA up (b = 64 / 128, H200) but 0.8-0.95x of the
 // wide one at b <= 16 with 8k tokens (<= 16 blocks per CTA), where per-block latency, not HBM, sets the time.
 // The host knows no sequence length (no sync), so the rule uses the bound the block table gives:
-// b * max_pages_per_req / CTAs >= NARROW_MIN_BLOCKS_PER_CTA.
+// b * max_pages_per_req / num_sm_parts >= NARROW_MIN_BLOCKS_PER_CTA.
 bool use_narrow(const DecodeParams& p) {
   if (p.q_rows > NARROW_MAX_Q_ROWS) return false;
   const char* v = std::getenv("SNAPMLA_DECODE_KERNEL");
@@ -32,18 +31,10 @@ bool use_narrow(const DecodeParams& p) {
               "SNAPMLA_DECODE_KERNEL must be auto, narrow or wide, got '", choice, "'");
   if (choice != "auto") return choice == "narrow";
   return static_cast<int64_t>(p.b) * p.max_pages_per_req >=
-         static_cast<int64_t>(NARROW_MIN_BLOCKS_PER_CTA) * row_ctas(p.num_sm_parts, 1, p.sm_count);
+         static_cast<int64_t>(NARROW_MIN_BLOCKS_PER_CTA) * p.num_sm_parts;
 }
 
 }  // namespace
-
-int row_ctas(int num_sm_parts, int m_tiles, int sm_count) {
-  const int per_column = std::max(1, sm_count / m_tiles);
-  if (num_sm_parts <= per_column || num_sm_parts < m_tiles) return num_sm_parts;
-  const char* v = std::getenv("SNAPMLA_STATIC_ROWS");
-  if (v != nullptr && std::string(v) == "1") return num_sm_parts;
-  return per_column;
-}
 
 void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first) {
   TORCH_CHECK(params.q_rows > 0 && params.b > 0 && params.num_sm_parts > 0 && params.num_blocks > 0,
@@ -57,8 +48,7 @@ void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream, const La
   auto kernel = snapmla_decode_fp8_kernel<__nv_fp8_e4m3>;
   static std::once_flag smem_configured[MAX_DEVICES];
   opt_in_smem(kernel, SMEM_BYTES, smem_configured);
-  const int m_tiles = num_m_tiles(params.q_rows);
-  const dim3 grid(m_tiles, row_ctas(params.num_sm_parts, m_tiles, params.sm_count));
+  const dim3 grid(num_m_tiles(params.q_rows), params.num_sm_parts);
   if (launch_first) launch_first();
   launch_pdl(kernel, grid, dim3(NUM_THREADS), SMEM_BYTES, stream, kp);
 }

@@ -18,7 +18,7 @@ void launch_decode_fp8_narrow(const DecodeParams& params, cudaStream_t stream, c
   static std::once_flag smem_configured[MAX_DEVICES];
   opt_in_smem(kernel, narrow::N_SMEM_BYTES, smem_configured);
   // One CTA row: the 16-row tile holds every query row of a request.
-  const dim3 grid(1, row_ctas(params.num_sm_parts, 1, params.sm_count));
+  const dim3 grid(1, params.num_sm_parts);
   if (launch_first) launch_first();
   launch_pdl(kernel, grid, dim3(NUM_THREADS), narrow::N_SMEM_BYTES, stream, kp);
 }

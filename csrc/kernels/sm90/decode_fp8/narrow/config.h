@@ -53,7 +53,7 @@ inline constexpr int BAR_MERGE_READ = 4;       // ... and read (xfer and col_sta
 //   kv_scale      1024  (4 stages x 64 fp32)
 //   red           1024  (per warpgroup: column maxima / sums of its 4 warps, two slots)
 //   col_state      512  (per warpgroup and row: {m, inv, L~} at the piece end)
-//   barriers       128, row_ring 8
+//   barriers        96
 struct alignas(1024) NarrowStorage {
   static constexpr int kStages = STAGES, kQBufs = Q_BUFS, kQTxBytes = Q_TX_BYTES;
   uint8_t kv_content[STAGES][CONTENT_TILES][CONTENT_TILE_BYTES];
@@ -69,9 +69,6 @@ struct alignas(1024) NarrowStorage {
   uint64_t kv_empty[STAGES];  // WG_THREADS arrivals: the block's owner after its last read of the stage
   uint64_t q_full[Q_BUFS];    // TMA bytes of the query tile, one arrival
   uint64_t q_empty[Q_BUFS];   // MATH_THREADS arrivals: each math warpgroup after its last QK of the piece
-  uint64_t row_full[ROW_SLOTS];   // one arrival: the producer wrote row_ring (row_queue.cuh)
-  uint64_t row_empty[ROW_SLOTS];  // MATH_THREADS arrivals: each math thread read it
-  int row_ring[ROW_SLOTS];        // schedule row of a walk step, -1 at the end
 };
 
 inline constexpr int N_SMEM_BYTES = static_cast<int>(sizeof(NarrowStorage)) + 1024;

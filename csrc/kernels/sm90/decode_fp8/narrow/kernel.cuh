@@ -35,7 +35,6 @@
 #include "kernels/sm90/decode_fp8/tma_producer.cuh"
 #include "kernels/sm90/decode_fp8/narrow/pv.cuh"
 #include "kernels/sm90/decode_fp8/narrow/qk_softmax.cuh"
-#include "kernels/sm90/decode_fp8/row_queue.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
 #include "kernels/sm90/decode_fp8/traits.h"
 
@@ -76,30 +75,16 @@ __device__ __forceinline__ void own_block(NarrowStorage& ss, int wg, int warp, i
   pv_block<ROWS, M_TILES, WAVE_MT>(o, o_scale, a, pt);
 }
 
-__device__ void run_math(const KernelParams& kp, NarrowStorage& ss, int wg) {
+__device__ void run_math(const KernelParams& kp, NarrowStorage& ss, const SchedRow& row, int wg) {
   const DecodeParams& p = kp.p;
   const int tid = threadIdx.x % WG_THREADS;
   const int warp = tid / 32, lane = tid % 32, t = lane % 4;
 
   int block_idx = 0;  // running index of the piece's first block
-  WalkCount wc;  // running piece index and walk step (row_queue.cuh)
+  int piece = 0;
   CtaTimeline ct(wg);  // -DSNAPMLA_TRACE_CTA only (cta_trace.cuh)
-  // One loop over the pieces of every row the CTA walks (row_queue.cuh), with the step to the next row inside:
-  // as two nested loops the wide kernel spilled 36 B (the compiler kept the outer loop's values apart).
-  int req = 0, end_req = -1;  // the request of the next piece and the last of its row
-  for (;;) {
-    if (req > end_req) {  // the row is done (or none is held yet): the next one; an empty row loops again
-      if (wc.step() != WalkCount::NO_STEP) release_row(ss, wc.step());
-      wc.next_step();
-      const int index = wait_row(ss, wc.step());
-      if (index < 0) break;
-      const SchedRow row = load_sched_row(p, index);
-      req = row.begin_req;
-      end_req = row.end_req;
-      continue;
-    }
-    const int piece = wc.piece();
-    const Piece pc = make_piece(p, ring_row(ss, wc.step()), req);
+  for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
+    const Piece pc = make_piece(p, row, req);
     const PieceRows<ROWS> pr = piece_rows<ROWS>(p, req, pc, t);
     ColState cs[COLS_PER_THREAD];
 #pragma unroll
@@ -146,7 +131,7 @@ __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, int wg) {
     else
       publish_piece_state<1>(ss, tid, piece, o, cs, l_sum);
     named_barrier_sync(BAR_MERGE_PUBLISHED, MATH_THREADS);
-    const int split = piece_split(p, ring_row(ss, wc.step()), req);
+    const int split = piece_split(p, row, req);
     if (wg == 0)
       merge_and_store<0>(p, ss, req, split, tid, piece, o, cs, l_sum);
     else
@@ -154,9 +139,7 @@ __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, int wg) {
     named_barrier_sync(BAR_MERGE_READ, MATH_THREADS);
     ct.mark();
     ct.piece_done(n_blocks);
-    ++req;
-    wc.next_piece();
-  }  // the -1 is not released: the producer takes no more rows
+  }
   ct.print("narrow");
 }
 
@@ -169,7 +152,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_narrow_kern
   init_pipeline(kp, ss, WG_THREADS);  // kv_empty: the block owner
   __syncthreads();
 
-  split_roles<N_PRODUCER_REGS, N_MATH_REGS>(kp, ss, [&](int wg) { run_math(kp, ss, wg); });
+  split_roles<N_PRODUCER_REGS, N_MATH_REGS>(kp, ss, [&](const SchedRow& row, int wg) { run_math(kp, ss, row, wg); });
 }
 
 }  // namespace snapmla::sm90::decode_fp8::narrow
