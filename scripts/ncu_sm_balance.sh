@@ -4,7 +4,8 @@
 # (what a perfectly balanced split would save at most). Run on the H200 after the extension is built
 # (gpu_check.sh with SNAPMLA_SKIP_TESTS=1 builds it).
 #   usage: scripts/ncu_sm_balance.sh CASE [CASE ...]    (bench_decode.py case names, e.g. b64_sq1_h16_sk16384)
-#   env:   SNAPMLA_NCU_ENV="SNAPMLA_FORCE_SPLIT=264" (extra environment of the measured process)
+#   env:   SNAPMLA_NCU_ENV="SNAPMLA_FORCE_SPLIT=264" (extra environment of the measured process),
+#          SNAPMLA_NCU_TAG=_s264 (suffix of the log names, $OUT/sm_balance_<case><tag>.txt)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/.out}
