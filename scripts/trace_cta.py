@@ -10,6 +10,9 @@ runs one flash_mla_with_kvcache call per case (after five warm-up calls), reads 
   (CTAs without work, which stamp only their entry, count for start only)
 
 and each CTA's time from its first QK to its end divided by its blocks (us per block, epilogues included).
+A second traced call of the same inputs then tells whether that rate belongs to the SM: the correlation of the
+per-SM rates of the two calls (by %smid; near 1: some SMs are slower than others for the same work, which a
+static plan could weigh; near 0: the slow CTAs are a matter of timing, which only a dynamic split helps).
 
     NVCC_APPEND_FLAGS=-DSNAPMLA_TRACE_CTA python3 setup.py build_ext --inplace
     python3 scripts/trace_cta.py --cases b16_sq1_h64_sk8192,b64_sq1_h16_sk16384
@@ -43,9 +46,10 @@ def run_case(name: str) -> None:
     for _ in range(5):  # warm-up calls (clocks, caches); their lines are dropped
         flash_mla_with_kvcache(q, cache, block_table, seqlens, L.D_CONTENT, meta, splits)
     torch.cuda.synchronize()
-    print("=== traced call", flush=True)
-    flash_mla_with_kvcache(q, cache, block_table, seqlens, L.D_CONTENT, meta, splits)
-    torch.cuda.synchronize()
+    for k in (1, 2):
+        print(f"=== traced call {k}", flush=True)
+        flash_mla_with_kvcache(q, cache, block_table, seqlens, L.D_CONTENT, meta, splits)
+        torch.cuda.synchronize()
     print(f"=== blocks {int(((seqlens_cpu + 63) // 64).sum())} parts {meta.shape[0]} splits {int(splits[-1])}",
           flush=True)
 
@@ -59,6 +63,7 @@ class Cta:
     kernel: str
     x: int
     y: int
+    sm: int  # %smid
     pieces: int
     blocks: int
     stamps: list[int]  # ns: entry, q ready, first QK, then (loop end, store end) per piece; entry only if no work
@@ -68,13 +73,41 @@ def parse(lines: list[str]) -> list[Cta]:
     ctas = []
     for ln in lines:
         f = ln.split()
-        if len(f) >= 7 and f[0] == "ctatrace":
-            ctas.append(Cta(f[1], int(f[2]), int(f[3]), int(f[4]), int(f[5]), [int(x) for x in f[6:] if int(x) != 0]))
+        if len(f) >= 8 and f[0] == "ctatrace":
+            ctas.append(Cta(f[1], int(f[2]), int(f[3]), int(f[4]), int(f[5]), int(f[6]),
+                            [int(x) for x in f[7:] if int(x) != 0]))
     return ctas
 
 
+def block_rate(c: Cta) -> float:
+    """us per block from the CTA's first QK to its end (epilogues included)."""
+    return (c.stamps[-1] - c.stamps[2]) / 1e3 / c.blocks
+
+
+def sm_rates(ctas: list[Cta]) -> dict[int, float]:
+    """Per SM: the mean block rate of its CTAs with work (several with more CTAs than SMs)."""
+    per_sm: dict[int, list[float]] = {}
+    for c in ctas:
+        if c.pieces > 0 and c.blocks > 0 and len(c.stamps) > 2:
+            per_sm.setdefault(c.sm, []).append(block_rate(c))
+    return {sm: statistics.fmean(v) for sm, v in per_sm.items()}
+
+
+def correlation(a: dict[int, float], b: dict[int, float]) -> tuple[float, int]:
+    """Pearson r of two per-SM maps over the SMs in both (nan below 3 SMs or without spread), and that count."""
+    sms = sorted(set(a) & set(b))
+    if len(sms) < 3:
+        return float("nan"), len(sms)
+    x, y = [a[s] for s in sms], [b[s] for s in sms]
+    mx, my = statistics.fmean(x), statistics.fmean(y)
+    sxy = sum((u - mx) * (v - my) for u, v in zip(x, y))
+    sxx, syy = sum((u - mx) ** 2 for u in x), sum((v - my) ** 2 for v in y)
+    return (sxy / (sxx * syy) ** 0.5 if sxx > 0 and syy > 0 else float("nan")), len(sms)
+
+
 def summarize(name: str, out: str) -> None:
-    lines = out.split("=== traced call", 1)[-1].splitlines()
+    calls = out.split("=== traced call")[1:]  # [0] is the warm-up calls' output
+    lines = calls[0].splitlines() if calls else []
     ctas = parse(lines)
     info = next((ln for ln in lines if ln.startswith("=== blocks")), "")
     if not ctas:
@@ -97,13 +130,19 @@ def summarize(name: str, out: str) -> None:
     if epi:
         print(f"  epilogue  per piece: median {statistics.median(epi):5.2f}  max {max(epi):5.2f} us")
     # Each CTA's time from its first QK to its end per block: the block rate, and how it spreads.
-    rate = [(c.stamps[-1] - c.stamps[2]) / 1e3 / c.blocks for c in busy if len(c.stamps) > 2 and c.blocks > 0]
+    rate = [block_rate(c) for c in busy if len(c.stamps) > 2 and c.blocks > 0]
     if rate:
         print(f"  us per block (first QK -> end, epilogues included): median {statistics.median(rate):5.2f}  "
               f"p90 {quantile(rate, 0.9):5.2f}  max {max(rate):5.2f}")
     for c in sorted(busy, key=lambda c: -c.stamps[-1])[:3]:
-        print(f"  slowest: cta ({c.x}, {c.y}) pieces {c.pieces} blocks {c.blocks}: "
+        print(f"  slowest: cta ({c.x}, {c.y}) on SM {c.sm} pieces {c.pieces} blocks {c.blocks}: "
               + " ".join(f"{us(x):.1f}" for x in c.stamps))
+    if len(calls) > 1:
+        first, second = sm_rates(ctas), sm_rates(parse(calls[1].splitlines()))
+        r, n = correlation(first, second)
+        slow = lambda m: [s for s, _ in sorted(m.items(), key=lambda kv: -kv[1])[:5]]  # noqa: E731
+        print(f"  per-SM block rate, call 1 against call 2: r = {r:.2f} over {n} SMs; slowest SMs {slow(first)} / "
+              f"{slow(second)}")
 
 
 def main() -> None:

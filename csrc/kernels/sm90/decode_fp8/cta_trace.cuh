@@ -1,7 +1,8 @@
 // Debug build -DSNAPMLA_TRACE_CTA: when each CTA of a decode kernel starts, gets its first block, and ends each
 // piece, in global time (%globaltimer, ns). Thread 0 of math warpgroup 0 keeps up to CTA_TRACE_EVENTS stamps (in
 // local memory: the array is indexed by the running count) and prints one line per CTA when it is done:
-//   ctatrace <kernel> <blockIdx.x> <blockIdx.y> <pieces> <blocks> <t_0> <t_1> ...
+//   ctatrace <kernel> <blockIdx.x> <blockIdx.y> <sm> <pieces> <blocks> <t_0> <t_1> ...
+// (<sm>: %smid, the SM the CTA ran on, so that two calls tell whether the slow CTAs sit on the same SMs)
 // with the events in program order: math entry (after setmaxnreg and the PDL wait), first query tile ready,
 // first block's QK retired, then per piece the end of its block loop and the end of its store. Question it
 // answers: of a decode kernel's time, how much is start-up, per-piece edges and the tail of the slowest CTA,
@@ -46,8 +47,11 @@ struct CtaTimeline {
     uint64_t v[CTA_TRACE_EVENTS];
 #pragma unroll
     for (int i = 0; i < CTA_TRACE_EVENTS; ++i) v[i] = i < n ? t[i] : 0;
-    printf("ctatrace %s %d %d %d %d %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", kernel, blockIdx.x,
-           blockIdx.y, pieces, blocks, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]);
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    printf("ctatrace %s %d %d %u %d %d %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", kernel,
+           blockIdx.x, blockIdx.y, sm, pieces, blocks, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9],
+           v[10], v[11]);
   }
 };
 
