@@ -27,27 +27,34 @@ def e4m3(x: torch.Tensor) -> torch.Tensor:
     return x.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).to(torch.float32)
 
 
+def _blocks(x2, visible):
+    """Per 64-token block: its slice, the logits (-inf where masked) and their max (-inf: nothing visible)."""
+    for n in range(x2.shape[0] // BLOCK):
+        sl = slice(n * BLOCK, (n + 1) * BLOCK)
+        x = torch.where(visible[sl], x2[sl], torch.tensor(-math.inf))
+        yield sl, x, float(x.max())
+
+
+def _exps(x, vis, s_v, ref):
+    """e_j = 2^(x_j - ref) (ref = -inf counts as 0, the kernel's m_use) and p'_j = e_j * s_j, 0 where masked."""
+    e = torch.exp2(x - (0.0 if ref == -math.inf else ref))
+    return e, torch.where(vis, e * s_v, torch.tensor(0.0))
+
+
 def spec_recurrence(x2, s_v, v, visible):
     """SPEC section 4 as the kernel runs it before the patch (softmax.cuh softmax_probs): per block, state
     {m, inv, l} and O~ updated only when the row sees a token of the block."""
     m, inv, l = -math.inf, 1.0, torch.tensor(0.0)
     o = torch.zeros(v.shape[1])
-    for n in range(x2.shape[0] // BLOCK):
-        sl = slice(n * BLOCK, (n + 1) * BLOCK)
-        vis = visible[sl]
-        x = torch.where(vis, x2[sl], torch.tensor(-math.inf))
-        mx = float(x.max())
+    for sl, x, mx in _blocks(x2, visible):
         m_new = max(m, mx)
-        m_use = 0.0 if m_new == -math.inf else m_new
-        e = torch.exp2(x - m_use)
-        p = torch.where(vis, e * s_v[sl], torch.tensor(0.0))
+        e, p = _exps(x, visible[sl], s_v[sl], m_new)
         pmax = float(p.max())
         if pmax <= 0.0:
             continue  # no visible token: the state and O~ stay
         inv_new = FP8_MAX / max(pmax, P_FLOOR)
         scale = 0.0 if m == -math.inf else 2.0 ** (m - m_new) * inv_new / inv
-        p8 = e4m3(p * inv_new)
-        o = o * scale + p8 @ v[sl]
+        o = o * scale + e4m3(p * inv_new) @ v[sl]
         l = l * scale + e.sum() * inv_new
         m, inv = m_new, inv_new
     return o, l, m, inv
@@ -59,17 +66,10 @@ def block_local_recurrence(x2, s_v, v, visible, fold_g: bool = True):
     kernel, for the test that the data can tell)."""
     m, inv, l = -math.inf, 1.0, torch.tensor(0.0)
     o = torch.zeros(v.shape[1])
-    for n in range(x2.shape[0] // BLOCK):
-        sl = slice(n * BLOCK, (n + 1) * BLOCK)
-        vis = visible[sl]
-        x = torch.where(vis, x2[sl], torch.tensor(-math.inf))
-        mx = float(x.max())
-        m_use = 0.0 if mx == -math.inf else mx
-        e = torch.exp2(x - m_use)
-        p = torch.where(vis, e * s_v[sl], torch.tensor(0.0))
-        pmax, esum = float(p.max()), e.sum()
-        inv_loc = FP8_MAX / max(pmax, P_FLOOR)
-        p8 = e4m3(p * inv_loc)  # state-free: packed before the hand-off
+    for sl, x, mx in _blocks(x2, visible):
+        e, p = _exps(x, visible[sl], s_v[sl], mx)
+        pmax = float(p.max())
+        p8 = e4m3(p * (FP8_MAX / max(pmax, P_FLOOR)))  # state-free: packed before the hand-off
         if pmax <= 0.0:
             continue
         m_new = max(m, mx)
@@ -77,7 +77,7 @@ def block_local_recurrence(x2, s_v, v, visible, fold_g: bool = True):
         inv_new = FP8_MAX / max(g * pmax, P_FLOOR)
         scale = 0.0 if m == -math.inf else 2.0 ** (m - m_new) * inv_new / inv
         o = o * scale + p8 @ v[sl]
-        l = l * scale + g * esum * inv_new
+        l = l * scale + g * e.sum() * inv_new
         m, inv = m_new, inv_new
     return o, l, m, inv
 

@@ -94,15 +94,12 @@ def sm_rates(ctas: list[Cta]) -> dict[int, float]:
 
 
 def correlation(a: dict[int, float], b: dict[int, float]) -> tuple[float, int]:
-    """Pearson r of two per-SM maps over the SMs in both (nan below 3 SMs or without spread), and that count."""
+    """Pearson r of two per-SM maps over the SMs in both (nan below 2 SMs or without spread), and that count."""
     sms = sorted(set(a) & set(b))
-    if len(sms) < 3:
+    try:
+        return statistics.correlation([a[s] for s in sms], [b[s] for s in sms]), len(sms)
+    except statistics.StatisticsError:  # fewer than 2 points, or one side constant
         return float("nan"), len(sms)
-    x, y = [a[s] for s in sms], [b[s] for s in sms]
-    mx, my = statistics.fmean(x), statistics.fmean(y)
-    sxy = sum((u - mx) * (v - my) for u, v in zip(x, y))
-    sxx, syy = sum((u - mx) ** 2 for u in x), sum((v - my) ** 2 for v in y)
-    return (sxy / (sxx * syy) ** 0.5 if sxx > 0 and syy > 0 else float("nan")), len(sms)
 
 
 def summarize(name: str, out: str) -> None:
