@@ -111,6 +111,32 @@ def test_idle_parts_are_marked_empty(requires_ext):
     assert idle.sum() >= 10
 
 
+def test_every_part_works_when_there_are_enough_units(requires_ext):
+    # b16 at 8k over 132 parts: 2128 cost units. Parts of ceil(2128 / 132) = 17 units left the last 6 parts
+    # empty and 105 of them at 17 blocks; parts of 16 or 17 units (plan.h part_begin) give every part work.
+    meta, _ = check_plan([8192] * 16, 132)
+    assert int((meta[:, BEGIN_REQ] > meta[:, END_REQ]).sum()) == 0
+    blocks = []
+    for row in meta.tolist():
+        br, bb, er, eb = row[:4]
+        blocks.append(sum((eb if r == er else 128) - (bb if r == br else 0) for r in range(br, er + 1)))
+    assert max(blocks) == 17 and blocks.count(17) <= 16, blocks
+
+
+@pytest.mark.parametrize("b, parts, used", [(1, 132, 67), (1, 66, 45), (4, 132, 107)])
+def test_short_parts_keep_their_count(requires_ext, b, parts, used):
+    # b1 / b4 at 8k: parts of P = ceil(cost / parts) <= 5 units (a piece's fixed cost, PIECE_OVERHEAD_BLOCKS) are
+    # not spread over all parts: 128 one-block pieces at b1 over 132 parts were 0.9x of 67 two-block ones. The
+    # ceil(cost / P) parts that P-unit parts fill get the work, evenly (lengths P - 1 or P), the rest none.
+    cost = b * (OVERHEAD + 128)
+    payload = -(-cost // parts)
+    assert payload <= OVERHEAD and -(-cost // payload) == used
+    meta, num_splits = check_plan([8192] * b, parts)
+    work = (meta[:, BEGIN_REQ] <= meta[:, END_REQ]).tolist()
+    assert work == [True] * used + [False] * (parts - used)
+    assert int(num_splits[-1]) <= used + b - 1
+
+
 # ---- argument checks of the op (one test per message) ----
 
 

@@ -33,10 +33,9 @@ void plan_on_host(const int* seqlens, int b, int num_sm_parts, int* metadata, in
     row[sched::END_BLOCK] = plan.end_block;
     row[sched::BEGIN_SPLIT] = plan.begin_split;
   }
-  const int64_t payload = sched::part_payload(cost_prefix[b], num_sm_parts);
   num_splits[0] = 0;
   for (int r = 0; r < b; ++r)
-    num_splits[r + 1] = num_splits[r] + sched::request_pieces(cost_prefix[r], seqlens[r], payload, num_sm_parts);
+    num_splits[r + 1] = num_splits[r] + sched::request_pieces(cost_prefix[r], seqlens[r], cost_prefix[b], num_sm_parts);
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ void check_plan(const std::vector<int>& seqlens, int num_sm_parts) {
 
   std::vector<int> num_splits(b + 1, 0);
   for (int r = 0; r < b; ++r)
-    num_splits[r + 1] = num_splits[r] + request_pieces(prefix[r], seqlens[r], payload, num_sm_parts);
+    num_splits[r + 1] = num_splits[r] + request_pieces(prefix[r], seqlens[r], prefix[b], num_sm_parts);
   EXPECT(num_splits[b] <= b + num_sm_parts - 1, "total pieces %d > b + parts - 1 = %d", num_splits[b],
          b + num_sm_parts - 1);
 
@@ -102,11 +102,31 @@ void check_random() {
       }
 }
 
+// part_begin / part_of on cost lines far longer than decode ever sees (garbage seqlens at b ~ 2^31 reach ~2^56):
+// part_of inverts part_begin at each part's first and last position, without 64-bit overflow.
+void check_long_lines() {
+  const int64_t totals[] = {(int64_t{1} << 56) + 12345, (int64_t{1} << 40) - 1, 1000003};
+  const int part_counts[] = {1, 7, 132, 65535};
+  for (int64_t total : totals)
+    for (int n : part_counts) {
+      EXPECT(part_begin(0, total, n) == 0 && part_begin(n, total, n) == total, "part_begin ends, total %lld n %d",
+             static_cast<long long>(total), n);
+      for (int p = 0; p < n; p += 1 + n / 97) {
+        const int64_t lo = part_begin(p, total, n), hi = part_begin(p + 1, total, n);
+        EXPECT(lo < hi && hi - lo <= total / n + 1, "part %d of %d: [%lld, %lld)", p, n, static_cast<long long>(lo),
+               static_cast<long long>(hi));
+        EXPECT(part_of(lo, total, n) == p && part_of(hi - 1, total, n) == p, "part_of at part %d of %d, total %lld",
+               p, n, static_cast<long long>(total));
+      }
+    }
+}
+
 }  // namespace
 
 int main() {
   check_examples();
   check_random();
+  check_long_lines();
   if (g_failures) {
     std::fprintf(stderr, "test_sched_plan: %d failure(s)\n", g_failures);
     return EXIT_FAILURE;

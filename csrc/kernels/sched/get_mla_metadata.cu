@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(SCHED_THREADS, 1)
   __syncthreads();
 
   // Phase 2: one metadata row per part.
-  const int64_t payload = part_payload(carry, num_sm_parts);
+  const int64_t total = carry;  // the cost line's length C_b
   for (int p = tid; p < num_sm_parts; p += SCHED_THREADS) {
     const PartPlan plan = plan_part(p, cost_prefix, cache_seqlens, b, num_sm_parts);
     int* row = metadata + static_cast<int64_t>(p) * SCHED_META_INTS;
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(SCHED_THREADS, 1)
   int split_carry = 0;
   for (int base = 0; base < b; base += SCHED_THREADS) {
     const int r = base + tid;
-    const int pieces = r < b ? request_pieces(cost_prefix[r], cache_seqlens[r], payload, num_sm_parts) : 0;
+    const int pieces = r < b ? request_pieces(cost_prefix[r], cache_seqlens[r], total, num_sm_parts) : 0;
     int inclusive, chunk_total;
     BlockScan32(temp.scan32).InclusiveSum(pieces, inclusive, chunk_total);
     if (r < b) num_splits[r + 1] = split_carry + inclusive;

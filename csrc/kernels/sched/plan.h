@@ -9,12 +9,17 @@
 //   - The overhead comes first; block k of request r sits at position C_r + OVERHEAD + k. A zero-length
 //     request has one empty item at C_{r+1} - 1 (its empty piece). So every request's items end at
 //     C_{r+1} - 1 and start at C_{r+1} - max(n_r, 1).
-//   - Part p owns the items whose position lies in [p * P, (p + 1) * P), P = ceil(C_b / num_sm_parts); the last
-//     part also owns anything beyond (there is nothing: num_sm_parts * P >= C_b).
+//   - The first K parts (used_parts: all num_sm_parts when their length P = ceil(C_b / num_sm_parts) exceeds a
+//     piece's fixed cost, else the ceil(C_b / P) that parts of P units fill) share the line evenly: part p < K
+//     owns the positions in [part_begin(p), part_begin(p + 1)), part_begin(p) = floor(p * C_b / K), so their
+//     lengths differ by one unit at most, none is longer than P and none is empty (K <= C_b); parts K.. are
+//     empty. Empty parts must come last, or a request would count a piece in an empty part between two of its
+//     own. (Until 2026-12-01 every part was P long and the last ones short or empty: 6 of 132 at b16 8k.)
 // Each part then runs over whole cost units except for at most one continuation piece whose overhead the
 // line did not charge, so every part costs at most P + PIECE_OVERHEAD_BLOCKS blocks (tests/test_sched.py).
 // A request's pieces are the parts from part_of(first item) to part_of(last item): every part in between owns
-// at least one of its blocks, because blocks are consecutive positions and P >= 1.
+// at least one of its blocks, because blocks are consecutive positions and no part before the last
+// non-empty one is empty.
 #pragma once
 
 #include <cstdint>
@@ -31,23 +36,52 @@ SNAPMLA_HOST_DEVICE inline int64_t request_blocks(int seqlen) {
 
 SNAPMLA_HOST_DEVICE inline int64_t request_cost(int seqlen) { return PIECE_OVERHEAD_BLOCKS + request_blocks(seqlen); }
 
-// Cost units per part: P = ceil(total_cost / num_sm_parts) >= 1 (total_cost >= 5 for b >= 1).
+// The longest part: P = ceil(total_cost / num_sm_parts) >= 1 (total_cost >= 5 for b >= 1); the bound of the
+// plan's guarantee (sched_meta.h), not its partition (part_begin).
 SNAPMLA_HOST_DEVICE inline int64_t part_payload(int64_t total_cost, int num_sm_parts) {
   const int64_t p = (total_cost + num_sm_parts - 1) / num_sm_parts;
   return p < 1 ? 1 : p;
 }
 
-SNAPMLA_HOST_DEVICE inline int part_of(int64_t pos, int64_t payload, int num_sm_parts) {
-  const int64_t p = pos / payload;
-  return p >= num_sm_parts ? num_sm_parts - 1 : static_cast<int>(p);
+// How many parts get work: K = num_sm_parts when the longest part P is longer than a piece's fixed cost
+// (PIECE_OVERHEAD_BLOCKS), else K = ceil(total / P), the count that parts of P units fill. Short parts are where
+// a piece's start-up, merge, store and combine share outweigh one unit less per part: spread over all 132
+// parts, b1 8k (P = 2) ran 128 pieces instead of 67 and was 0.89-0.91x, b4 h_q 64 8k (P = 5) 0.93x, while b4
+// h_q 128 8k (P = 9, 66 parts) was 1.05x and b16 h_q 64 8k (P = 17) 1.03x (bench_variants_20261201T170846Z.json).
+// K <= total (P >= 1), so none of the K parts is empty.
+SNAPMLA_HOST_DEVICE inline int used_parts(int64_t total, int num_sm_parts) {
+  const int64_t payload = part_payload(total, num_sm_parts);
+  if (payload > PIECE_OVERHEAD_BLOCKS) return num_sm_parts;
+  return static_cast<int>((total + payload - 1) / payload);
 }
 
-// Pieces of request r, given C_r (= cost_begin) and its seqlen.
-SNAPMLA_HOST_DEVICE inline int request_pieces(int64_t cost_begin, int seqlen, int64_t payload, int num_sm_parts) {
+// First position of part p (p >= K: the end of the line), floor(p * total / K) without forming p * total: the
+// cost line of garbage seqlens reaches ~2^56 at b ~ 2^31 (get_mla_metadata accepts that), and
+// p * (total % K) < 2^32.
+SNAPMLA_HOST_DEVICE inline int64_t part_begin(int p, int64_t total, int num_sm_parts) {
+  const int k = used_parts(total, num_sm_parts);
+  if (p >= k) return total;
+  const int64_t pp = p;
+  return pp * (total / k) + pp * (total % k) / k;
+}
+
+// The part that owns position pos < total: the largest p < K with part_begin(p) <= pos, i.e.
+// p * total / K < pos + 1, p = ceil((pos + 1) * K / total) - 1, in 128 bits ((pos + 1) * K reaches ~2^72 for a
+// garbage cost line).
+SNAPMLA_HOST_DEVICE inline int part_of(int64_t pos, int64_t total, int num_sm_parts) {
+  const int k = used_parts(total, num_sm_parts);
+  using u128 = unsigned __int128;
+  const u128 num = static_cast<u128>(pos + 1) * static_cast<u128>(k) + static_cast<u128>(total - 1);
+  const int64_t p = static_cast<int64_t>(num / static_cast<u128>(total)) - 1;
+  return p >= k ? k - 1 : static_cast<int>(p);
+}
+
+// Pieces of request r, given C_r (= cost_begin), its seqlen and the line's length C_b (= total).
+SNAPMLA_HOST_DEVICE inline int request_pieces(int64_t cost_begin, int seqlen, int64_t total, int num_sm_parts) {
   const int64_t cost_end = cost_begin + request_cost(seqlen);
   const int64_t n = request_blocks(seqlen);
   const int64_t first_item = cost_end - (n > 0 ? n : 1);
-  return part_of(cost_end - 1, payload, num_sm_parts) - part_of(first_item, payload, num_sm_parts) + 1;
+  return part_of(cost_end - 1, total, num_sm_parts) - part_of(first_item, total, num_sm_parts) + 1;
 }
 
 // First index r in [0, b) with cost_prefix[r + 1] > pos (the request whose cost interval holds pos, or b when
@@ -73,11 +107,10 @@ template <typename Prefix, typename Seqlens>
 SNAPMLA_HOST_DEVICE inline PartPlan plan_part(int p, const Prefix& cost_prefix, const Seqlens& seqlens, int b,
                                               int num_sm_parts) {
   const int64_t total = cost_prefix[b];
-  const int64_t payload = part_payload(total, num_sm_parts);
-  const int64_t lo = static_cast<int64_t>(p) * payload;
-  const int64_t hi = p == num_sm_parts - 1 || lo + payload > total ? total : lo + payload;  // exclusive
-  PartPlan plan{1, 0, 0, 0, 0};                                    // begin_req > end_req: no work
-  if (lo >= total) return plan;
+  const int64_t lo = part_begin(p, total, num_sm_parts);
+  const int64_t hi = part_begin(p + 1, total, num_sm_parts);  // exclusive; total for the last part
+  PartPlan plan{1, 0, 0, 0, 0};                                // begin_req > end_req: no work
+  if (lo >= hi) return plan;
 
   // First item at position >= lo: the items of r end at C_{r+1} - 1, so it lies in the first r with C_{r+1} > lo.
   const int br = request_at(cost_prefix, b, lo);
@@ -102,7 +135,7 @@ SNAPMLA_HOST_DEVICE inline PartPlan plan_part(int p, const Prefix& cost_prefix, 
   plan.begin_block = static_cast<int>(b_block);
   plan.end_req = er;
   plan.end_block = static_cast<int>(e_block);
-  plan.begin_split = p - part_of(b_first, payload, num_sm_parts);
+  plan.begin_split = p - part_of(b_first, total, num_sm_parts);
   return plan;
 }
 
