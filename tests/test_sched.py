@@ -123,18 +123,24 @@ def test_every_part_works_when_there_are_enough_units(requires_ext):
     assert max(blocks) == 17 and blocks.count(17) <= 16, blocks
 
 
-@pytest.mark.parametrize("b, parts, used", [(1, 132, 67), (1, 66, 45), (4, 132, 107)])
-def test_short_parts_keep_their_count(requires_ext, b, parts, used):
-    # b1 / b4 at 8k: parts of P = ceil(cost / parts) <= 5 units (a piece's fixed cost, PIECE_OVERHEAD_BLOCKS) are
-    # not spread over all parts: 128 one-block pieces at b1 over 132 parts were 0.9x of 67 two-block ones. The
-    # ceil(cost / P) parts that P-unit parts fill get the work, evenly (lengths P - 1 or P), the rest none.
-    cost = b * (OVERHEAD + 128)
-    payload = -(-cost // parts)
-    assert payload <= OVERHEAD and -(-cost // payload) == used
-    meta, num_splits = check_plan([8192] * b, parts)
-    work = (meta[:, BEGIN_REQ] <= meta[:, END_REQ]).tolist()
-    assert work == [True] * used + [False] * (parts - used)
-    assert int(num_splits[-1]) <= used + b - 1
+@pytest.mark.parametrize("b, parts", [(1, 132), (1, 66), (2, 132), (4, 132)])
+def test_short_parts_keep_their_length(requires_ext, b, parts):
+    # Parts of P = ceil(cost / parts) <= 5 units (a piece's fixed cost, PIECE_OVERHEAD_BLOCKS) are not spread
+    # over all parts (b1 8k: 128 one-block pieces over 132 parts were 0.9x of 67 two-block ones): part p owns
+    # cost positions [p P, (p + 1) P), so the parts from ceil(cost / P) on are empty, and a request has a piece
+    # in each part its blocks (positions C_r + OVERHEAD ..) touch.
+    seqlens = [8192 - 100 * r for r in range(b)]
+    costs = [OVERHEAD + blocks(s) for s in seqlens]
+    payload = -(-sum(costs) // parts)
+    assert payload <= OVERHEAD
+    used = -(-sum(costs) // payload)
+    meta, num_splits = check_plan(seqlens, parts)
+    assert used < parts and not (meta[used:, BEGIN_REQ] <= meta[used:, END_REQ]).any()
+    start, expected = 0, [0]
+    for c in costs:
+        expected.append(expected[-1] + (start + c - 1) // payload - (start + OVERHEAD) // payload + 1)
+        start += c
+    assert num_splits.tolist() == expected
 
 
 # ---- argument checks of the op (one test per message) ----

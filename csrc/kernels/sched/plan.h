@@ -9,12 +9,11 @@
 //   - The overhead comes first; block k of request r sits at position C_r + OVERHEAD + k. A zero-length
 //     request has one empty item at C_{r+1} - 1 (its empty piece). So every request's items end at
 //     C_{r+1} - 1 and start at C_{r+1} - max(n_r, 1).
-//   - The first K parts (used_parts: all num_sm_parts when their length P = ceil(C_b / num_sm_parts) exceeds a
-//     piece's fixed cost, else the ceil(C_b / P) that parts of P units fill) share the line evenly: part p < K
-//     owns the positions in [part_begin(p), part_begin(p + 1)), part_begin(p) = floor(p * C_b / K), so their
-//     lengths differ by one unit at most, none is longer than P and none is empty (K <= C_b); parts K.. are
-//     empty. Empty parts must come last, or a request would count a piece in an empty part between two of its
-//     own. (Until 2026-12-01 every part was P long and the last ones short or empty: 6 of 132 at b16 8k.)
+//   - Parts longer than a piece's fixed cost (P = ceil(C_b / num_sm_parts) > PIECE_OVERHEAD_BLOCKS) share the
+//     line evenly: part p owns [part_begin(p), part_begin(p + 1)), part_begin(p) = floor(p * C_b / num_sm_parts),
+//     lengths P - 1 or P, none empty. Shorter parts own [p * P, (p + 1) * P): the last ones short or empty
+//     (empty parts must come last, or a request would count a piece in an empty part between two of its own).
+//     (Until 2026-12-01 every plan was the second kind: 6 of 132 parts empty at b16 8k.)
 // Each part then runs over whole cost units except for at most one continuation piece whose overhead the
 // line did not charge, so every part costs at most P + PIECE_OVERHEAD_BLOCKS blocks (tests/test_sched.py).
 // A request's pieces are the parts from part_of(first item) to part_of(last item): every part in between owns
@@ -43,37 +42,35 @@ SNAPMLA_HOST_DEVICE inline int64_t part_payload(int64_t total_cost, int num_sm_p
   return p < 1 ? 1 : p;
 }
 
-// How many parts get work: K = num_sm_parts when the longest part P is longer than a piece's fixed cost
-// (PIECE_OVERHEAD_BLOCKS), else K = ceil(total / P), the count that parts of P units fill. Short parts are where
-// a piece's start-up, merge, store and combine share outweigh one unit less per part: spread over all 132
-// parts, b1 8k (P = 2) ran 128 pieces instead of 67 and was 0.89-0.91x, b4 h_q 64 8k (P = 5) 0.93x, while b4
-// h_q 128 8k (P = 9, 66 parts) was 1.05x and b16 h_q 64 8k (P = 17) 1.03x (bench_variants_20261201T170846Z.json).
-// K <= total (P >= 1), so none of the K parts is empty.
-SNAPMLA_HOST_DEVICE inline int used_parts(int64_t total, int num_sm_parts) {
-  const int64_t payload = part_payload(total, num_sm_parts);
-  if (payload > PIECE_OVERHEAD_BLOCKS) return num_sm_parts;
-  return static_cast<int>((total + payload - 1) / payload);
-}
+// Parts longer than a piece's fixed cost (P > PIECE_OVERHEAD_BLOCKS) share the line evenly over all
+// num_sm_parts; shorter ones keep P units each, the last short and the rest empty. Spread over all parts, short
+// parts cost more in pieces than one unit less per part saves: b1 8k over 132 parts (P = 2) ran 128 one-block
+// pieces instead of 67 and was 0.89-0.91x, b4 h_q 64 8k (P = 5) 0.93x, while b4 h_q 128 8k (P = 9, 66 parts) was
+// 1.05-1.09x and b16 h_q 64 8k (P = 17) 1.03-1.06x (bench_variants_20261201T170846Z.json, ..._171402Z.json).
+SNAPMLA_HOST_DEVICE inline bool even_parts(int64_t payload) { return payload > PIECE_OVERHEAD_BLOCKS; }
 
-// First position of part p (p >= K: the end of the line), floor(p * total / K) without forming p * total: the
-// cost line of garbage seqlens reaches ~2^56 at b ~ 2^31 (get_mla_metadata accepts that), and
-// p * (total % K) < 2^32.
+// First position of part p (p = num_sm_parts: the end of the line). Even: floor(p * total / N) without forming
+// p * total (the cost line of garbage seqlens reaches ~2^56 at b ~ 2^31, which get_mla_metadata accepts, and
+// p * (total % N) < 2^32). Short parts: min(p * P, total), P <= 5.
 SNAPMLA_HOST_DEVICE inline int64_t part_begin(int p, int64_t total, int num_sm_parts) {
-  const int k = used_parts(total, num_sm_parts);
-  if (p >= k) return total;
-  const int64_t pp = p;
-  return pp * (total / k) + pp * (total % k) / k;
+  const int64_t payload = part_payload(total, num_sm_parts), pp = p;
+  if (!even_parts(payload)) return pp * payload < total ? pp * payload : total;
+  return pp * (total / num_sm_parts) + pp * (total % num_sm_parts) / num_sm_parts;
 }
 
-// The part that owns position pos < total: the largest p < K with part_begin(p) <= pos, i.e.
-// p * total / K < pos + 1, p = ceil((pos + 1) * K / total) - 1, in 128 bits ((pos + 1) * K reaches ~2^72 for a
-// garbage cost line).
+// The part that owns position pos < total: the largest p with part_begin(p) <= pos. Even: p * total / N < pos + 1,
+// p = ceil((pos + 1) * N / total) - 1, in 128 bits ((pos + 1) * N reaches ~2^72 for a garbage cost line).
 SNAPMLA_HOST_DEVICE inline int part_of(int64_t pos, int64_t total, int num_sm_parts) {
-  const int k = used_parts(total, num_sm_parts);
-  using u128 = unsigned __int128;
-  const u128 num = static_cast<u128>(pos + 1) * static_cast<u128>(k) + static_cast<u128>(total - 1);
-  const int64_t p = static_cast<int64_t>(num / static_cast<u128>(total)) - 1;
-  return p >= k ? k - 1 : static_cast<int>(p);
+  const int64_t payload = part_payload(total, num_sm_parts);
+  int64_t p;
+  if (!even_parts(payload)) {
+    p = pos / payload;
+  } else {
+    using u128 = unsigned __int128;
+    const u128 num = static_cast<u128>(pos + 1) * static_cast<u128>(num_sm_parts) + static_cast<u128>(total - 1);
+    p = static_cast<int64_t>(num / static_cast<u128>(total)) - 1;
+  }
+  return p >= num_sm_parts ? num_sm_parts - 1 : static_cast<int>(p);
 }
 
 // Pieces of request r, given C_r (= cost_begin), its seqlen and the line's length C_b (= total).
