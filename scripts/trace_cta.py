@@ -52,6 +52,8 @@ def run_case(name: str) -> None:
         torch.cuda.synchronize()
     print(f"=== blocks {int(((seqlens_cpu + 63) // 64).sum())} parts {meta.shape[0]} splits {int(splits[-1])}",
           flush=True)
+    for p, row in enumerate(meta.tolist()):  # the plan, for --raw logs: begin_req begin_block end_req end_block ...
+        print("metarow", p, *row, flush=True)
 
 
 def quantile(v: list[float], f: float) -> float:
@@ -145,6 +147,8 @@ def summarize(name: str, out: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", required=True, help="comma-separated case names of bench/bench_decode.py")
+    ap.add_argument("--raw", default=None, help="also write each case's whole output (every CTA's stamps and the "
+                    "plan's rows) to RAW/trace_<case>.txt")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -156,6 +160,10 @@ def main() -> None:
         if r.returncode != 0:
             print(f"{name}: child failed\n{r.stderr[-2000:]}")
             continue
+        if args.raw:
+            os.makedirs(args.raw, exist_ok=True)
+            with open(os.path.join(args.raw, f"trace_{name}.txt"), "w") as f:
+                f.write(r.stdout)
         summarize(name, r.stdout)
 
 
