@@ -148,9 +148,10 @@ def test_pdl_wait_precedes_every_global_access(sass_by_function):
 
 
 def test_debug_tracers_are_compiled_out(sass_by_function):
-    """The phase trace (-DSNAPMLA_TRACE_PHASES, clock()) and the CTA timeline (-DSNAPMLA_TRACE_CTA, %globaltimer
-    and printf) exist only in debug builds: the default build's decode kernels read no clock (a -DSNAPMLA_TRACE_PHASES
-    build reads SR_CLOCKLO in the wide kernel, a -DSNAPMLA_TRACE_CTA build SR_GLOBALTIMERLO in both)."""
+    """The phase trace (-DSNAPMLA_TRACE_PHASES, clock()), the CTA timeline (-DSNAPMLA_TRACE_CTA, %globaltimer
+    and printf) and the block trace (-DSNAPMLA_TRACE_BLOCKS, the same) exist only in debug builds: the default
+    build's decode kernels read no clock (a -DSNAPMLA_TRACE_PHASES build reads SR_CLOCKLO in the wide kernel, the
+    two others SR_GLOBALTIMERLO in both)."""
     kernels = _kernels(sass_by_function, "snapmla_decode_fp8_kernel", "snapmla_decode_fp8_narrow_kernel")
     assert len(kernels) == 2
     for name, sass in kernels.items():

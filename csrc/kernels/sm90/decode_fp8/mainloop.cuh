@@ -33,6 +33,7 @@
 
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/wgmma.cuh"
+#include "kernels/sm90/decode_fp8/block_trace.cuh"
 #include "kernels/sm90/decode_fp8/cta_trace.cuh"
 #include "kernels/sm90/decode_fp8/epilogue.cuh"
 #include "kernels/sm90/decode_fp8/exchange.cuh"
@@ -71,10 +72,11 @@ __device__ __forceinline__ void issue_qk(float (&s)[32], const SharedStorage& ss
 // QK of the block, retired. The stage stays held until the hand-off of the block was read (kv_empty).
 // release_q: this is the warpgroup's last QK of the piece, so its use of the query tile ends here.
 __device__ __forceinline__ void qk_block(float (&s)[32], SharedStorage& ss, int block_idx, bool release_q,
-                                         PhaseTimer& tm) {
+                                         PhaseTimer& tm, BlockTrace& bt) {
   const int stage = block_idx % KV_STAGES;
   mbarrier_wait(&ss.kv_full[stage], (block_idx / KV_STAGES) & 1);
   tm.mark(TP_WAIT_KV);
+  bt.mark();
   wgmma_fence_operands(s);
   wgmma_arrive();
   issue_qk(s, ss, stage);
@@ -166,6 +168,7 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
   int piece = 0;
   PhaseTimer tm(SNAPMLA_TRACE_BUFFER(ss, wg));  // -DSNAPMLA_TRACE_PHASES only (phase_trace.cuh)
   CtaTimeline ct(wg);                           // -DSNAPMLA_TRACE_CTA only (cta_trace.cuh)
+  BlockTrace bt(threadIdx.x % WG_THREADS == 0);  // -DSNAPMLA_TRACE_BLOCKS only: own blocks' arrival and end
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
     float q_mul[2];
@@ -197,7 +200,7 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
       const int stage = n % KV_STAGES;
       float s[32];
       tm.count_block();
-      qk_block(s, ss, n, j + 2 >= n_blocks, tm);
+      qk_block(s, ss, n, j + 2 >= n_blocks, tm, bt);
       ct.first_block_mark(piece, j - first_own);
       const int blk = pc.blk_begin + j;
       const int n_vis[2] = {limit[0] - blk * BLOCK_N, limit[1] - blk * BLOCK_N};
@@ -235,6 +238,7 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
       tm.mark(TP_WAIT_OWN);
       pv_after_handoff(o, ss, n, wg, warp, lane, pc.seqlen - blk * BLOCK_N);
       tm.mark(TP_PV_OWN);
+      bt.mark();
     }
     // A last block owned by the other warpgroup: its hand-off carries the final state of the piece.
     if (n_blocks > 0 && ((block_idx + n_blocks - 1) & 1) != wg) {
@@ -253,6 +257,7 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
   }
   tm.print(wg);
   ct.print("wide");
+  bt.print("wide", wg == 0 ? "math0" : "math1");
 }
 
 }  // namespace snapmla::sm90::decode_fp8

@@ -7,6 +7,7 @@
 #include "common/griddep.cuh"
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
+#include "kernels/sm90/decode_fp8/block_trace.cuh"
 #include "kernels/sm90/decode_fp8/kernel_prologue.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
 #include "kernels/sm90/decode_fp8/traits.h"
@@ -57,6 +58,7 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
   const int lane = threadIdx.x % 32;
   int n = 0;  // running block index
   int piece = 0;
+  BlockTrace btrace(lane == 0);  // -DSNAPMLA_TRACE_BLOCKS only (block_trace.cuh): each page's issue
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
     const int qbuf = piece % Q_BUFS_;
@@ -81,6 +83,7 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
         if (lane == 0) {
           const int stage = n % STAGES_;
           if (n >= STAGES_) mbarrier_wait(&ss.kv_empty[stage], ((n / STAGES_) - 1) & 1);
+          btrace.mark();
           uint64_t* bar = &ss.kv_full[stage];
           mbarrier_arrive_expect_tx(bar, kvl::PAGE_BYTES);
 #pragma unroll
@@ -94,6 +97,7 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
       ids = next_ids;
     }
   }
+  btrace.print("any", "prod");
 }
 
 // The role split of both decode kernels, after their prologue's __syncthreads: the producer warpgroup gives

@@ -28,6 +28,7 @@
 
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
+#include "kernels/sm90/decode_fp8/block_trace.cuh"
 #include "kernels/sm90/decode_fp8/cta_trace.cuh"
 #include "kernels/sm90/decode_fp8/kernel_prologue.cuh"
 #include "kernels/sm90/decode_fp8/narrow/merge_store.cuh"
@@ -83,6 +84,7 @@ __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, const SchedR
   int block_idx = 0;  // running index of the piece's first block
   int piece = 0;
   CtaTimeline ct(wg);  // -DSNAPMLA_TRACE_CTA only (cta_trace.cuh)
+  BlockTrace bt(tid == 0);  // -DSNAPMLA_TRACE_BLOCKS only (block_trace.cuh): own blocks' arrival and end
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
     const PieceRows<ROWS> pr = piece_rows<ROWS>(p, req, pc, t);
@@ -112,6 +114,7 @@ __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, const SchedR
       const int n_valid = pc.seqlen - blk * BLOCK_N;
       const bool release_q = j + 2 >= n_blocks;
       mbarrier_wait(&ss.kv_full[stage], (n / STAGES) & 1);
+      bt.mark();
       // Uniform over the CTA (limit_min <= seqlen): the barriers inside are the same on every path.
       if (pr.limit_min - blk * BLOCK_N >= BLOCK_N)
         own_block<false, false>(ss, wg, warp, lane, stage, qbuf, pr.q_mul, n_vis, n_valid, cs, o, release_q);
@@ -120,6 +123,7 @@ __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, const SchedR
       else
         own_block<true, true>(ss, wg, warp, lane, stage, qbuf, pr.q_mul, n_vis, n_valid, cs, o, release_q);
       ct.first_block_mark(piece, j - first_own);
+      bt.mark();
     }
     ct.mark();
     block_idx += n_blocks;
@@ -141,6 +145,7 @@ __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, const SchedR
     ct.piece_done(n_blocks);
   }
   ct.print("narrow");
+  bt.print("narrow", wg == 0 ? "math0" : "math1");
 }
 
 template <typename KvElem>

@@ -1,0 +1,61 @@
+// Debug build -DSNAPMLA_TRACE_BLOCKS: per block of a CTA's walk, when the producer issued its page and when the
+// owning math warpgroup saw it arrive and finished it, in %globaltimer ns. Question it answers: in a slow CTA
+// (docs/notes/2026-12-01-h200-e.md: one CTA per b64 h_q 16 16k call runs its second piece at half the block
+// rate), who waits for whom, block by block: the producer for a free stage (the math is slow), the math for the
+// page (memory or the producer's page ids are slow), or neither.
+// Three tracing threads per CTA: the producer's lane 0 stamps each block before its TMA (after the kv_empty
+// wait), thread 0 of each math warpgroup stamps each of its own blocks when the kv_full wait returns and when the
+// block is done (after its PV). Stamps are kept in local memory, up to BLOCK_TRACE_STAMPS per thread (the first
+// 128 blocks of the walk: the printf FIFO, 1 MB by default, holds all 132 CTAs' lines at that size), and printed
+// at the end as lines of 16:
+//   blocktrace <kernel> <blockIdx.x> <blockIdx.y> <sm> <role> <base_ns> <first index> <d_0> ... <d_15>
+// (<role>: prod, math0, math1; d_i = stamp - base_ns, 0xffffffff unused). scripts/trace_blocks.py reads them.
+// The default build compiles the tracer to nothing (tests/test_sass.py checks the kernels read no clock).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+
+namespace snapmla::sm90::decode_fp8 {
+
+inline constexpr int BLOCK_TRACE_STAMPS = 128;
+
+#ifdef SNAPMLA_TRACE_BLOCKS
+struct BlockTrace {
+  uint32_t d[BLOCK_TRACE_STAMPS];
+  uint64_t base;
+  int n = 0;
+  bool on;
+  __device__ __forceinline__ static uint64_t now() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+  }
+  __device__ __forceinline__ explicit BlockTrace(bool on_) : base(now()), on(on_) {}
+  __device__ __forceinline__ void mark() {
+    if (!on || n >= BLOCK_TRACE_STAMPS) return;
+    d[n++] = static_cast<uint32_t>(now() - base);
+  }
+  __device__ __forceinline__ void print(const char* kernel, const char* role) const {
+    if (!on) return;
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    for (int i = 0; i < n; i += 16) {
+      uint32_t v[16];
+#pragma unroll
+      for (int k = 0; k < 16; ++k) v[k] = i + k < n ? d[i + k] : 0xffffffffu;
+      printf("blocktrace %s %d %d %u %s %llu %d %u %u %u %u %u %u %u %u %u %u %u %u %u %u %u %u\n", kernel, blockIdx.x,
+             blockIdx.y, sm, role, static_cast<unsigned long long>(base), i, v[0], v[1], v[2], v[3], v[4], v[5], v[6],
+             v[7], v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15]);
+    }
+  }
+};
+#else
+struct BlockTrace {
+  __device__ __forceinline__ explicit BlockTrace(bool) {}
+  __device__ __forceinline__ void mark() {}
+  __device__ __forceinline__ void print(const char*, const char*) const {}
+};
+#endif
+
+}  // namespace snapmla::sm90::decode_fp8

@@ -1,0 +1,132 @@
+"""Who waits for whom, block by block, in a decode launch (GPU; needs a -DSNAPMLA_TRACE_BLOCKS build, block_trace.cuh).
+
+Runs scripts/trace_cta.py's child per case (five warm-up calls, then traced ones) and reads the first traced
+call's `blocktrace` lines:
+per CTA, for each of the first 128 blocks of its walk, when the producer issued the page (after its kv_empty
+wait), and when the owning math warpgroup (block n belongs to warpgroup n % 2 in both kernels) saw it arrive and
+finished it. Per block n of a CTA:
+  latency  arrival - issue: the page's TMA time, if the math was already waiting
+  starve   arrival - the warpgroup's previous block's end: time its math warpgroup waited for the page
+  work     end - arrival: the block's QK, softmax, hand-off and PV for that warpgroup
+Printed per case: the medians over all CTAs, then the slowest CTAs (latest last block end) with their sums,
+and for the slowest one the blocks where it lost the most against the medians.
+
+    NVCC_APPEND_FLAGS=-DSNAPMLA_TRACE_BLOCKS python3 setup.py build_ext --inplace
+    python3 scripts/trace_blocks.py --cases b64_sq1_h16_sk16384 [--raw DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import subprocess
+import sys
+
+UNUSED = 0xFFFFFFFF
+
+
+@dataclasses.dataclass
+class Cta:
+    key: tuple[int, int]  # blockIdx.x, blockIdx.y
+    sm: int = -1
+    kernel: str = "?"
+    issue: list[int] = dataclasses.field(default_factory=list)  # ns, per block of the walk
+    own: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # warpgroup -> [arrival, end, arrival, ...]
+
+    def blocks(self):
+        """[(n, issue, arrival, end, previous end of the same warpgroup or None)] for the blocks with all stamps."""
+        out = []
+        for wg, st in self.own.items():
+            prev = None
+            for k in range(len(st) // 2):
+                n = 2 * k + wg
+                if n < len(self.issue):
+                    out.append((n, self.issue[n], st[2 * k], st[2 * k + 1], prev))
+                prev = st[2 * k + 1]
+        return sorted(out)
+
+    def end(self) -> int:
+        return max((v[-1] for v in self.own.values() if v), default=0)
+
+
+def parse(text: str) -> dict[tuple[int, int], Cta]:
+    """The traced call's blocktrace lines (after the marker) -> CTAs, stamps in absolute ns."""
+    ctas: dict[tuple[int, int], Cta] = {}
+    # The first traced call's lines: between its marker and the next one (scripts/trace_cta.py's child traces two).
+    body = text.split("=== traced call")[1] if "=== traced call" in text else ""
+    chunks: dict[tuple[tuple[int, int], str], dict[int, list[int]]] = {}
+    for ln in body.splitlines():
+        f = ln.split()
+        if len(f) < 8 or f[0] != "blocktrace":
+            continue
+        key = (int(f[2]), int(f[3]))
+        c = ctas.setdefault(key, Cta(key))
+        c.sm = int(f[4])
+        if f[1] != "any":
+            c.kernel = f[1]
+        base, first = int(f[6]), int(f[7])
+        chunks.setdefault((key, f[5]), {})[first] = [base + int(v) for v in f[8:] if int(v) != UNUSED]
+    for (key, role), parts in chunks.items():
+        stamps = [t for first in sorted(parts) for t in parts[first]]
+        if role == "prod":
+            ctas[key].issue = stamps
+        else:
+            ctas[key].own[int(role[-1])] = stamps
+    return ctas
+
+
+def per_block(c: Cta):
+    """[(n, latency, starve or None, work)] in ns."""
+    return [(n, a - i, None if prev is None else a - prev, e - a) for n, i, a, e, prev in c.blocks()]
+
+
+def summarize(name: str, text: str, top: int = 3) -> None:
+    ctas = parse(text)
+    busy = [c for c in ctas.values() if c.blocks()]
+    if not busy:
+        print(f"{name}: no blocktrace lines (build with -DSNAPMLA_TRACE_BLOCKS)")
+        return
+    t0 = min(min(c.issue) for c in busy if c.issue)
+    rows = [r for c in busy for r in per_block(c)]
+    med = lambda v: statistics.median(v) / 1e3 if v else float("nan")  # noqa: E731
+    lat_med = med([r[1] for r in rows])
+    starve_med = med([r[2] for r in rows if r[2] is not None])
+    work_med = med([r[3] for r in rows])
+    print(f"== {name} ({busy[0].kernel} kernel, {len(busy)} CTAs with traced blocks)")
+    print(f"  median per block: latency {lat_med:.2f}  starve {starve_med:.2f}  work {work_med:.2f} us")
+    ranked = sorted(busy, key=lambda c: -c.end())
+    for c in ranked[:top]:
+        r = per_block(c)
+        starve = sum(x[2] for x in r if x[2] is not None) / 1e3
+        work = sum(x[3] for x in r) / 1e3
+        print(f"  cta {c.key} on SM {c.sm}: last block ends {(c.end() - t0) / 1e3:.1f} us; {len(r)} blocks, "
+              f"starve {starve:.1f} us, work {work:.1f} us, max latency {max(x[1] for x in r) / 1e3:.1f} us")
+    worst = ranked[0]
+    lost = sorted(per_block(worst), key=lambda x: -max((x[2] or 0) / 1e3 - starve_med, x[3] / 1e3 - work_med))
+    print(f"  slowest cta {worst.key}, blocks that lost the most (n: latency / starve / work us):")
+    print("    " + "  ".join(f"{n}: {lat / 1e3:.1f}/{(st or 0) / 1e3:.1f}/{wk / 1e3:.1f}" for n, lat, st, wk in lost[:8]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", required=True, help="comma-separated case names of bench/bench_decode.py")
+    ap.add_argument("--raw", default=None, help="also write each case's whole output to RAW/blocks_<case>.txt")
+    args = ap.parse_args()
+    child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trace_cta.py")
+    for name in args.cases.split(","):
+        r = subprocess.run([sys.executable, child, "--cases", name, "--child", name], capture_output=True,
+                           text=True, timeout=300)
+        if r.returncode != 0:
+            print(f"{name}: child failed\n{r.stderr[-2000:]}")
+            continue
+        if args.raw:
+            os.makedirs(args.raw, exist_ok=True)
+            with open(os.path.join(args.raw, f"blocks_{name}.txt"), "w") as f:
+                f.write(r.stdout)
+        summarize(name, r.stdout)
+
+
+if __name__ == "__main__":
+    main()
