@@ -6,8 +6,11 @@ per CTA, for each of the first 128 blocks of its walk, when the producer issued 
 wait), and when the owning math warpgroup (block n belongs to warpgroup n % 2 in both kernels) saw it arrive and
 finished it. Per block n of a CTA:
   latency  arrival - issue: the page's TMA time, if the math was already waiting
-  starve   arrival - the warpgroup's previous block's end: time its math warpgroup waited for the page
-  work     end - arrival: the block's QK, softmax, hand-off and PV for that warpgroup
+  starve   arrival - the warpgroup's previous block's end: time its math warpgroup waited for the page (at a
+           piece's first block it also holds the previous piece's epilogue and the query tile's wait)
+  work     end - arrival: the block's QK, softmax, hand-off and PV for that warpgroup (in the wide kernel also
+           the wait for the other warpgroup's hand-off and its PV of the block before)
+A CTA whose lines have a gap (a line lost when the printf FIFO wrapped) is left out and counted.
 Printed per case: the medians over all CTAs, then the slowest CTAs (latest last block end) with their sums,
 and for the slowest one the blocks where it lost the most against the medians.
 
@@ -51,12 +54,13 @@ class Cta:
         return max((v[-1] for v in self.own.values() if v), default=0)
 
 
-def parse(text: str) -> dict[tuple[int, int], Cta]:
-    """The traced call's blocktrace lines (after the marker) -> CTAs, stamps in absolute ns."""
+def parse(text: str) -> tuple[dict[tuple[int, int], Cta], int]:
+    """The traced call's blocktrace lines (after the marker) -> (CTAs, stamps in absolute ns; how many CTAs were
+    dropped for a lost line)."""
     ctas: dict[tuple[int, int], Cta] = {}
     # The first traced call's lines: between its marker and the next one (scripts/trace_cta.py's child traces two).
     body = text.split("=== traced call")[1] if "=== traced call" in text else ""
-    chunks: dict[tuple[tuple[int, int], str], dict[int, list[int]]] = {}
+    chunks: dict[tuple[tuple[int, int], str], dict[int, tuple[int, list[int]]]] = {}
     for ln in body.splitlines():
         f = ln.split()
         if len(f) < 8 or f[0] != "blocktrace":
@@ -67,14 +71,25 @@ def parse(text: str) -> dict[tuple[int, int], Cta]:
         if f[1] != "any":
             c.kernel = f[1]
         base, first = int(f[6]), int(f[7])
-        chunks.setdefault((key, f[5]), {})[first] = [base + int(v) for v in f[8:] if int(v) != UNUSED]
+        vals = [int(v) for v in f[8:]]
+        chunks.setdefault((key, f[5]), {})[first] = (len(vals), [base + v for v in vals if v != UNUSED])
+    broken = set()
     for (key, role), parts in chunks.items():
-        stamps = [t for first in sorted(parts) for t in parts[first]]
+        # Lines hold 16 stamps from index `first`: a missing line (the printf FIFO wrapped) would shift every
+        # later stamp onto the wrong block, so such a CTA is dropped.
+        at = 0
+        for first in sorted(parts):
+            if first != at:
+                broken.add(key)
+            at = first + len(parts[first][1])
+        stamps = [t for first in sorted(parts) for t in parts[first][1]]
         if role == "prod":
             ctas[key].issue = stamps
         else:
             ctas[key].own[int(role[-1])] = stamps
-    return ctas
+    for key in broken:
+        del ctas[key]
+    return ctas, len(broken)
 
 
 def per_block(c: Cta):
@@ -83,7 +98,7 @@ def per_block(c: Cta):
 
 
 def summarize(name: str, text: str, top: int = 3) -> None:
-    ctas = parse(text)
+    ctas, dropped = parse(text)
     busy = [c for c in ctas.values() if c.blocks()]
     if not busy:
         print(f"{name}: no blocktrace lines (build with -DSNAPMLA_TRACE_BLOCKS)")
@@ -94,7 +109,8 @@ def summarize(name: str, text: str, top: int = 3) -> None:
     lat_med = med([r[1] for r in rows])
     starve_med = med([r[2] for r in rows if r[2] is not None])
     work_med = med([r[3] for r in rows])
-    print(f"== {name} ({busy[0].kernel} kernel, {len(busy)} CTAs with traced blocks)")
+    print(f"== {name} ({busy[0].kernel} kernel, {len(busy)} CTAs with traced blocks"
+          + (f", {dropped} dropped: lines lost" if dropped else "") + ")")
     print(f"  median per block: latency {lat_med:.2f}  starve {starve_med:.2f}  work {work_med:.2f} us")
     ranked = sorted(busy, key=lambda c: -c.end())
     for c in ranked[:top]:

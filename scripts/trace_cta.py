@@ -30,9 +30,29 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def raise_printf_fifo(nbytes: int = 64 << 20) -> bool:
+    """cudaDeviceSetLimit(cudaLimitPrintfFifoSize): the default 1 MB FIFO wraps under a -DSNAPMLA_TRACE_BLOCKS
+    build's ~24 lines per CTA at 264 CTAs. Through the CUDA runtime torch loaded (found in /proc/self/maps);
+    before any kernel that prints. False when it cannot (the lines may then wrap; trace_blocks.py drops such CTAs)."""
+    import ctypes
+
+    import torch
+
+    torch.cuda.init()
+    try:
+        with open("/proc/self/maps") as f:
+            path = next(ln.split()[-1] for ln in f if "libcudart" in ln)
+    except (OSError, StopIteration):
+        return False
+    return ctypes.CDLL(path).cudaDeviceSetLimit(ctypes.c_int(1), ctypes.c_size_t(nbytes)) == 0
+
+
 def run_case(name: str) -> None:
     """Child process: warm-up calls, a marker line, one traced call (CUDA printf goes to this stdout)."""
     import torch
+
+    if not raise_printf_fifo():
+        print("note: printf FIFO left at its default size", file=sys.stderr)
 
     from bench.bench_decode import ANCHOR_CASES, SMALL_BATCH_CASES, case_inputs, random_snapmla_cache
     from snapmla_ext import layout as L

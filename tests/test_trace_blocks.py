@@ -51,8 +51,8 @@ def _cta(y, base, n_blocks, slow_block=None):
 def test_parse_maps_blocks_to_warpgroups(tb):
     text = "\n".join(["blocktrace any 0 9 1 prod 5 0 1 2", "=== traced call 1"] + _cta(0, 10**9, 20)
                      + ["=== traced call 2"] + _cta(0, 2 * 10**9, 20, slow_block=3))
-    ctas = tb.parse(text)
-    assert list(ctas) == [(0, 0)]  # the warm-up line and the second call are ignored
+    ctas, dropped = tb.parse(text)
+    assert list(ctas) == [(0, 0)] and dropped == 0  # the warm-up line and the second call are ignored
     c = ctas[(0, 0)]
     assert c.kernel == "narrow" and c.sm == 7 and len(c.issue) == 20  # two lines of the producer, 16 + 4
     rows = tb.per_block(c)
@@ -74,6 +74,17 @@ def test_slow_block_is_named_first(tb, capsys):
     lost = lines[lines.index(next(ln for ln in lines if "lost the most" in ln)) + 1]
     assert lost.strip().startswith("6: 0.4/")  # block 6's 9 us of work
     assert "/9.0" in lost.split()[1]
+
+
+def test_a_lost_line_drops_its_cta(tb, capsys):
+    lines = _cta(0, 10**9, 40) + _cta(1, 10**9, 40)
+    lost = next(i for i, ln in enumerate(lines) if ln.startswith("blocktrace any 0 1 ") and " prod " in ln
+                and ln.split()[7] == "16")  # CTA 1's producer stamps 16..31
+    text = "\n".join(["=== traced call 1"] + lines[:lost] + lines[lost + 1:])
+    ctas, dropped = tb.parse(text)
+    assert list(ctas) == [(0, 0)] and dropped == 1
+    tb.summarize("case", text)
+    assert "1 CTAs with traced blocks, 1 dropped: lines lost" in capsys.readouterr().out
 
 
 def test_summary_without_lines(tb, capsys):

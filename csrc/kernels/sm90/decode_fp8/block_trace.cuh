@@ -6,8 +6,8 @@
 // Three tracing threads per CTA: the producer's lane 0 stamps each block before its TMA (after the kv_empty
 // wait), thread 0 of each math warpgroup stamps each of its own blocks when the kv_full wait returns and when the
 // block is done (after its PV). Stamps are kept in local memory, up to BLOCK_TRACE_STAMPS per thread (the first
-// 128 blocks of the walk: the printf FIFO, 1 MB by default, holds all 132 CTAs' lines at that size), and printed
-// at the end as lines of 16:
+// 128 blocks of the walk; ~24 lines per CTA, so the printf FIFO must exceed its 1 MB default at 264 CTAs:
+// scripts/trace_cta.py's child raises it to 64 MB), and printed at the end as lines of 16:
 //   blocktrace <kernel> <blockIdx.x> <blockIdx.y> <sm> <role> <base_ns> <first index> <d_0> ... <d_15>
 // (<role>: prod, math0, math1; d_i = stamp - base_ns, 0xffffffff unused). scripts/trace_blocks.py reads them.
 // The default build compiles the tracer to nothing (tests/test_sass.py checks the kernels read no clock).
