@@ -12,7 +12,8 @@ finished it. Per block n of a CTA:
            the wait for the other warpgroup's hand-off and its PV of the block before)
 A CTA whose lines have a gap (a line lost when the printf FIFO wrapped) is left out and counted.
 Printed per case: the medians over all CTAs, then the slowest CTAs (latest last block end) with their sums,
-and for the slowest one the blocks where it lost the most against the medians.
+and for the slowest one its medians by 16-block windows (a timeline: where in its walk it slowed down) and the
+blocks where it lost the most against the medians.
 
     NVCC_APPEND_FLAGS=-DSNAPMLA_TRACE_BLOCKS python3 setup.py build_ext --inplace
     python3 scripts/trace_blocks.py --cases b64_sq1_h16_sk16384 [--raw DIR]
@@ -121,6 +122,13 @@ def summarize(name: str, text: str, top: int = 3) -> None:
               f"starve {starve:.1f} us, work {work:.1f} us, max latency {max(x[1] for x in r) / 1e3:.1f} us")
     worst = ranked[0]
     lost = sorted(per_block(worst), key=lambda x: -max((x[2] or 0) / 1e3 - starve_med, x[3] / 1e3 - work_med))
+    print(f"  slowest cta {worst.key} by 16-block windows (blocks: median latency / starve / work us):")
+    wrows = per_block(worst)
+    for w0 in range(0, len(wrows), 16):
+        win = wrows[w0:w0 + 16]
+        st = [x[2] for x in win if x[2] is not None]
+        print(f"    {win[0][0]:3d}-{win[-1][0]:3d}: {med([x[1] for x in win]):.2f} / {med(st):.2f} / "
+              f"{med([x[3] for x in win]):.2f}")
     print(f"  slowest cta {worst.key}, blocks that lost the most (n: latency / starve / work us):")
     print("    " + "  ".join(f"{n}: {lat / 1e3:.1f}/{(st or 0) / 1e3:.1f}/{wk / 1e3:.1f}" for n, lat, st, wk in lost[:8]))
 
