@@ -25,7 +25,6 @@ import argparse
 import dataclasses
 import os
 import statistics
-import subprocess
 import sys
 
 UNUSED = 0xFFFFFFFF
@@ -138,18 +137,10 @@ def main() -> None:
     ap.add_argument("--cases", required=True, help="comma-separated case names of bench/bench_decode.py")
     ap.add_argument("--raw", default=None, help="also write each case's whole output to RAW/blocks_<case>.txt")
     args = ap.parse_args()
-    child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trace_cta.py")
-    for name in args.cases.split(","):
-        r = subprocess.run([sys.executable, child, "--cases", name, "--child", name], capture_output=True,
-                           text=True, timeout=300)
-        if r.returncode != 0:
-            print(f"{name}: child failed\n{r.stderr[-2000:]}")
-            continue
-        if args.raw:
-            os.makedirs(args.raw, exist_ok=True)
-            with open(os.path.join(args.raw, f"blocks_{name}.txt"), "w") as f:
-                f.write(r.stdout)
-        summarize(name, r.stdout)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from trace_cta import trace_cases  # the same child process (warm-up calls, then traced ones)
+
+    trace_cases(args.cases, args.raw, "blocks", summarize)
 
 
 if __name__ == "__main__":

@@ -164,6 +164,23 @@ def summarize(name: str, out: str) -> None:
               f"{slow(second)}")
 
 
+def trace_cases(cases: str, raw: str | None, raw_prefix: str, summarize_case) -> None:
+    """Runs this script's child (run_case) per case of the comma-separated list, in a process of its own, and hands
+    its output to summarize_case(name, text); with raw, also writes it to raw/<raw_prefix>_<case>.txt. Shared with
+    scripts/trace_blocks.py, whose -DSNAPMLA_TRACE_BLOCKS lines the same child prints."""
+    for name in cases.split(","):
+        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--cases", name, "--child", name],
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            print(f"{name}: child failed\n{r.stderr[-2000:]}")
+            continue
+        if raw:
+            os.makedirs(raw, exist_ok=True)
+            with open(os.path.join(raw, f"{raw_prefix}_{name}.txt"), "w") as f:
+                f.write(r.stdout)
+        summarize_case(name, r.stdout)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", required=True, help="comma-separated case names of bench/bench_decode.py")
@@ -174,17 +191,7 @@ def main() -> None:
     if args.child:
         run_case(args.child)
         return
-    for name in args.cases.split(","):
-        r = subprocess.run([sys.executable, __file__, "--cases", name, "--child", name], capture_output=True,
-                           text=True, timeout=300)
-        if r.returncode != 0:
-            print(f"{name}: child failed\n{r.stderr[-2000:]}")
-            continue
-        if args.raw:
-            os.makedirs(args.raw, exist_ok=True)
-            with open(os.path.join(args.raw, f"trace_{name}.txt"), "w") as f:
-                f.write(r.stdout)
-        summarize(name, r.stdout)
+    trace_cases(args.cases, args.raw, "trace", summarize)
 
 
 if __name__ == "__main__":

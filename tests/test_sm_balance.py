@@ -1,12 +1,11 @@
 """scripts/sm_balance.py's summary of an ncu log of scripts/ncu_sm_balance.sh (CPU): the metric table as ncu
 prints it (thousands separators, us and ns durations), a log without the metrics, and the idle share."""
 
-import importlib.util
-import os
 
 import pytest
 
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "sm_balance.py")
+from utils.scripts import script_module
+
 
 # The metric table of a real log (H200, b64 h_q 64 32k, 2026-12-01), with ncu's other lines around it.
 LOG = """==PROF== Profiling "snapmla_decode_fp8_kernel": 0%....50%....100% - 1 pass
@@ -24,10 +23,8 @@ LOG = """==PROF== Profiling "snapmla_decode_fp8_kernel": 0%....50%....100% - 1 p
 
 @pytest.fixture(scope="module")
 def sm_balance():
-    spec = importlib.util.spec_from_file_location("sm_balance", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    with script_module("sm_balance") as mod:
+        yield mod
 
 
 def test_parse_and_summary(sm_balance):

@@ -1,21 +1,18 @@
 """scripts/sm_probe.py's report (CPU): per-SM medians over repetitions, the slowest SMs relative to the median
 SM, and the correlation between the two halves of the repetitions (a slow SM in both halves gives r near 1)."""
 
-import importlib.util
-import os
 import random
 
 import pytest
 
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "sm_probe.py")
+from utils.scripts import script_module
+
 
 
 @pytest.fixture(scope="module")
 def sm_probe():
-    spec = importlib.util.spec_from_file_location("sm_probe", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    with script_module("sm_probe") as mod:
+        yield mod
 
 
 def _launches(n, slow_sm, rng, sms=16):

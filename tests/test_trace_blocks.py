@@ -2,24 +2,18 @@
 relative to a base, blocks mapped to warpgroup n % 2, the first traced call only, and the per-block latency /
 starve / work on a synthetic CTA whose answers are known."""
 
-import importlib.util
-import os
-import sys
 
 import pytest
 
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "trace_blocks.py")
+from utils.scripts import script_module
+
 UNUSED = 0xFFFFFFFF
 
 
 @pytest.fixture(scope="module")
 def tb():
-    spec = importlib.util.spec_from_file_location("trace_blocks", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["trace_blocks"] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop("trace_blocks", None)
+    with script_module("trace_blocks") as mod:
+        yield mod
 
 
 def _lines(kernel, x, y, sm, role, base, stamps):

@@ -1,23 +1,17 @@
 """scripts/trace_cta.py's summary of the -DSNAPMLA_TRACE_CTA printf lines (CPU): parsing, the zero point, the
 per-piece epilogue times and the per-block rate, on synthetic lines whose answers are known."""
 
-import importlib.util
-import os
-import sys
 
 import pytest
 
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "trace_cta.py")
+from utils.scripts import script_module
+
 
 
 @pytest.fixture(scope="module")
 def trace_cta():
-    spec = importlib.util.spec_from_file_location("trace_cta", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["trace_cta"] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    yield mod
-    sys.modules.pop("trace_cta", None)
+    with script_module("trace_cta") as mod:
+        yield mod
 
 
 def _line(x, y, pieces, blocks, stamps_ns, sm=None):

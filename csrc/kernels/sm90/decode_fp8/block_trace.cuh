@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "kernels/sm90/decode_fp8/trace_clock.cuh"
+
 namespace snapmla::sm90::decode_fp8 {
 
 inline constexpr int BLOCK_TRACE_STAMPS = 128;
@@ -26,20 +28,14 @@ struct BlockTrace {
   uint64_t base;
   int n = 0;
   bool on;
-  __device__ __forceinline__ static uint64_t now() {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-  }
-  __device__ __forceinline__ explicit BlockTrace(bool on_) : base(now()), on(on_) {}
+  __device__ __forceinline__ explicit BlockTrace(bool on_) : base(trace_globaltimer()), on(on_) {}
   __device__ __forceinline__ void mark() {
     if (!on || n >= BLOCK_TRACE_STAMPS) return;
-    d[n++] = static_cast<uint32_t>(now() - base);
+    d[n++] = static_cast<uint32_t>(trace_globaltimer() - base);
   }
   __device__ __forceinline__ void print(const char* kernel, const char* role) const {
     if (!on) return;
-    unsigned sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    const unsigned sm = trace_smid();
     for (int i = 0; i < n; i += 16) {
       uint32_t v[16];
 #pragma unroll

@@ -14,6 +14,7 @@
 #include <cstdio>
 
 #include "kernels/sm90/decode_fp8/config.h"
+#include "kernels/sm90/decode_fp8/trace_clock.cuh"
 
 namespace snapmla::sm90::decode_fp8 {
 
@@ -30,9 +31,7 @@ struct CtaTimeline {
   __device__ __forceinline__ explicit CtaTimeline(int wg) : on(wg == 0 && threadIdx.x % WG_THREADS == 0) { mark(); }
   __device__ __forceinline__ void mark() {
     if (!on || n >= CTA_TRACE_EVENTS) return;
-    uint64_t now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    t[n++] = now;
+    t[n++] = trace_globaltimer();
   }
   __device__ __forceinline__ void first_block_mark(int piece, int j_done) {
     if (piece == 0 && j_done == 0) mark();
@@ -47,8 +46,7 @@ struct CtaTimeline {
     uint64_t v[CTA_TRACE_EVENTS];
 #pragma unroll
     for (int i = 0; i < CTA_TRACE_EVENTS; ++i) v[i] = i < n ? t[i] : 0;
-    unsigned sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    const unsigned sm = trace_smid();
     printf("ctatrace %s %d %d %u %d %d %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", kernel,
            blockIdx.x, blockIdx.y, sm, pieces, blocks, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9],
            v[10], v[11]);
