@@ -15,6 +15,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/sm90/common/mbarrier.cuh"
+#include "kernels/sm90/decode_fp8/piece_out.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
 #include "kernels/sm90/decode_fp8/softmax.cuh"
 #include "kernels/sm90/decode_fp8/traits.h"
@@ -36,9 +37,13 @@ __device__ __forceinline__ void store_piece(const DecodeParams& p, SharedStorage
   const int split_begin = p.num_splits[req];
   const bool single = p.num_splits[req + 1] - split_begin == 1;
   const int rpw = rows_per_warp(p.q_rows);  // launch.h: the warp slab's rows are its first rpw tile rows
+  // .w = 1 / L~ (0 for a row that saw nothing): two divisions per quad lead instead of 16 per thread below.
   if (t == 0) {
 #pragma unroll
-    for (int rr = 0; rr < 2; ++rr) ss.row_state[wg][row0 + 8 * rr] = make_float4(st[rr].m, st[rr].inv, st[rr].l, 0.f);
+    for (int rr = 0; rr < 2; ++rr) {
+      const float inv_l = st[rr].m == -INFINITY ? 0.f : 1.f / st[rr].l;
+      ss.row_state[wg][row0 + 8 * rr] = make_float4(st[rr].m, st[rr].inv, st[rr].l, inv_l);
+    }
   }
   // lse, in row layout, by warpgroup 0.
 #pragma unroll
@@ -56,6 +61,8 @@ __device__ __forceinline__ void store_piece(const DecodeParams& p, SharedStorage
     }
   }
   named_barrier_sync(BAR_EPILOGUE_WG0 + wg, WG_THREADS);
+  const PieceOut po = piece_out(p, req, split_begin, split, single);
+  const int dim0 = PV_M_TILES * 64 * wg + 16 * warp + 2 * r;  // + 64 mt
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
 #pragma unroll
@@ -64,20 +71,11 @@ __device__ __forceinline__ void store_piece(const DecodeParams& p, SharedStorage
       const int k = c % 16;
       const int row = warp_first_q_row(m_tile, c / 16, rpw) + k;
       if (k >= rpw || row >= p.q_rows) continue;
-      const float4 sc = ss.row_state[wg][c];
-      const float inv_l = sc.x == -INFINITY ? 0.f : 1.f / sc.z;
+      const float inv_l = ss.row_state[wg][c].w;
+      char* const at = piece_out_row(po, row, dim0);
 #pragma unroll
-      for (int mt = 0; mt < PV_M_TILES; ++mt) {
-        const int dim = 64 * (PV_M_TILES * wg + mt) + 16 * warp + 2 * r;
-        const float v0 = o[mt][4 * i + e] * inv_l, v1 = o[mt][4 * i + 2 + e] * inv_l;
-        if (single) {
-          __nv_bfloat16* g_out = p.out + (static_cast<int64_t>(req) * p.q_rows + row) * D_V + dim;  // (b, q_rows, 512)
-          *reinterpret_cast<__nv_bfloat162*>(g_out) = __floats2bfloat162_rn(v0, v1);
-        } else {
-          const int64_t acc_row = static_cast<int64_t>(split_begin + split) * p.q_rows + row;
-          *reinterpret_cast<float2*>(p.o_accum + acc_row * D_V + dim) = make_float2(v0, v1);  // (total_splits, q_rows, 512)
-        }
-      }
+      for (int mt = 0; mt < PV_M_TILES; ++mt)
+        store_pair(po, at, 64 * mt, o[mt][4 * i + e] * inv_l, o[mt][4 * i + 2 + e] * inv_l);
     }
   }
   named_barrier_sync(BAR_EPILOGUE_WG0 + wg, WG_THREADS);

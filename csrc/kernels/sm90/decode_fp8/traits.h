@@ -34,7 +34,7 @@ static_assert(KvTraits<__nv_fp8_e4m3>::ELEM_BYTES == kvl::CONTENT_ELEM_BYTES, "k
 //   kv_content 131072  (4 stages x 4 tiles: 64 tokens x 128 B, Swizzle-128B)
 //   kv_rope     32768  (4 stages x 64 tokens x 64 bf16, Swizzle-128B; after the owner's QK, the hand-off)
 //   kv_scale     1024  (4 stages x 64 fp32)
-//   row_state    2048  (per math warpgroup, per tile row: {m, inv, L~}, read by columns in the epilogue)
+//   row_state    2048  (per math warpgroup, per tile row: {m, inv, L~, 1 / L~}, read by columns in the epilogue)
 //   barriers      ~130
 inline constexpr int TRACE_SLOTS = 16;  // per math warpgroup, -DSNAPMLA_TRACE_PHASES only (phase_trace.cuh)
 

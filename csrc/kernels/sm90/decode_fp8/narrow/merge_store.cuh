@@ -26,6 +26,7 @@
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/decode_fp8/narrow/config.h"
 #include "kernels/sm90/decode_fp8/narrow/qk_softmax.cuh"
+#include "kernels/sm90/decode_fp8/piece_out.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
 
 namespace snapmla::sm90::decode_fp8::narrow {
@@ -95,6 +96,18 @@ __device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowSto
 
   const int split_begin = p.num_splits[req];
   const bool single = p.num_splits[req + 1] - split_begin == 1;
+  const PieceOut po = piece_out(p, req, split_begin, split, single);
+  // Accumulator index 4i + 2rr + e: query row 8i + 2t + e, dim 64 mt + 16 warp + 2r + rr (pv.cuh).
+  const int dim0 = 64 * keep + 16 * warp + 2 * r;  // + 64 m
+  char* at[2][2];  // row 8i + 2t + e's address, or null for a row past q_rows
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int row = 8 * i + 2 * t + e;
+      at[i][e] = row < p.q_rows ? piece_out_row(po, row, dim0) : nullptr;
+    }
+  }
 #pragma unroll
   for (int m = 0; m < M_TILES / 2; ++m) {
     float v[ACC];
@@ -108,22 +121,12 @@ __device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowSto
         v[k] = o[keep + m][k] * f_own[ce] + peer[j] * f_peer[ce];
       }
     }
-    // Accumulator index 4i + 2rr + e: query row 8i + 2t + e, dim 64 mt + 16 warp + 2r + rr (pv.cuh).
-    const int dim = 64 * (keep + m) + 16 * warp + 2 * r;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int row = 8 * i + 2 * t + e;
-        if (row >= p.q_rows) continue;
-        if (single) {
-          __nv_bfloat16* g_out = p.out + (static_cast<int64_t>(req) * p.q_rows + row) * D_V + dim;  // (b, q_rows, 512)
-          *reinterpret_cast<__nv_bfloat162*>(g_out) = __floats2bfloat162_rn(v[4 * i + e], v[4 * i + 2 + e]);
-        } else {
-          const int64_t acc_row = static_cast<int64_t>(split_begin + split) * p.q_rows + row;
-          float* g_acc = p.o_accum + acc_row * D_V + dim;  // (total_splits, q_rows, 512)
-          *reinterpret_cast<float2*>(g_acc) = make_float2(v[4 * i + e], v[4 * i + 2 + e]);
-        }
+        if (at[i][e] == nullptr) continue;
+        store_pair(po, at[i][e], 64 * m, v[4 * i + e], v[4 * i + 2 + e]);
       }
     }
   }

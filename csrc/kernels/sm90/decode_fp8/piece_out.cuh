@@ -1,0 +1,49 @@
+// Where a piece's O rows go, for both decode kernels' epilogues: the bf16 out (b, q_rows, 512) of a request that
+// has one piece, or the fp32 o_accum (total_splits, q_rows, 512) slab of a split's piece. The slab's base and
+// the element size are computed once per piece, so each row costs one address and each of its m-tiles' pairs one
+// store at an immediate offset from it.
+// Why it matters: with a 64-bit address built per store (both branches, 64 stores per thread) the wide kernel's
+// epilogue was 44 KB of SASS and the narrow one's 41 KB, out of 128 / 114 KB. A CTA runs an epilogue once per
+// piece, so each SM fetched those instructions cold, mid-launch, while the other SMs kept L2 and DRAM busy: the
+// 13-33 us piece epilogues of the traces (docs/decode_kernel.md, eleventh session).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include "common/params.h"
+#include "kernels/sm90/decode_fp8/config.h"
+
+namespace snapmla::sm90::decode_fp8 {
+
+struct PieceOut {
+  char* slab;   // row 0, dim 0 of the piece's (q_rows, 512) rows: bf16 in p.out or fp32 in p.o_accum
+  bool single;  // one piece in the request: bf16 out, 2 B per element; else fp32, 4 B
+};
+
+// split_begin = num_splits[req]; split: the piece's index among the request's pieces.
+__device__ __forceinline__ PieceOut piece_out(const DecodeParams& p, int req, int split_begin, int split, bool single) {
+  char* const slab =
+      single ? reinterpret_cast<char*>(p.out + static_cast<int64_t>(req) * p.q_rows * D_V)  // (b, q_rows, 512)
+             : reinterpret_cast<char*>(p.o_accum + static_cast<int64_t>(split_begin + split) * p.q_rows *
+                                                       D_V);  // (total_splits, q_rows, 512)
+  return PieceOut{slab, single};
+}
+
+// Address of (row, dim) in the slab. row < q_rows <= 1024 and dim < 512, so the offset fits 32 bits.
+__device__ __forceinline__ char* piece_out_row(const PieceOut& po, int row, int dim) {
+  const int elem = po.single ? 2 : 4;
+  return po.slab + (row * D_V + dim) * elem;
+}
+
+// Dims dim0 + dim_off and dim0 + dim_off + 1 of the row at `at` (= piece_out_row(po, row, dim0)). dim_off is a
+// constant after unrolling (64 m-tile), so it becomes the store's immediate offset.
+__device__ __forceinline__ void store_pair(const PieceOut& po, char* at, int dim_off, float v0, float v1) {
+  if (po.single)
+    *reinterpret_cast<__nv_bfloat162*>(at + 2 * dim_off) = __floats2bfloat162_rn(v0, v1);
+  else
+    *reinterpret_cast<float2*>(at + 4 * dim_off) = make_float2(v0, v1);
+}
+
+}  // namespace snapmla::sm90::decode_fp8
