@@ -157,3 +157,28 @@ def test_debug_tracers_are_compiled_out(sass_by_function):
     for name, sass in kernels.items():
         clocks = re.findall(r"SR_(?:CLOCK|GLOBALTIMER)\w*", sass)
         assert not clocks, f"{name}: reads {sorted(set(clocks))}: a tracer is compiled in"
+
+
+def _code_span(sass, opcode):
+    """Bytes of code from the first to the last instruction `opcode` (each SASS line is /*offset*/ op ...)."""
+    offsets = [int(m.group(1), 16) for m in re.finditer(rf"/\*([0-9a-f]{{4,}})\*/\s+(?:@!?U?P\w+\s+)?{opcode}\b", sass)]
+    assert offsets, f"no {opcode} in the kernel"
+    return offsets[-1] - offsets[0] + 16, len(offsets)
+
+
+# Most bytes of SASS from a decode kernel's first global store to its last: the piece epilogue, where every o
+# store of both kernels is (piece_out.cuh). A CTA runs an epilogue once per piece, so each SM fetches these
+# instructions cold in the middle of the launch while the other SMs keep L2 and DRAM busy. With a 64-bit address
+# per store the wide epilogue was 38 KB (1.05-1.21x slower calls on the H200, eleventh session, with 13-33 us
+# epilogues in the traces); with the slab pointer it is 12.6 KB. The narrow one keeps one copy of its store code
+# per warpgroup, 19 KB (34 KB before).
+EPILOGUE_CODE_BUDGET = {"snapmla_decode_fp8_kernel": 16 * 1024, "snapmla_decode_fp8_narrow_kernel": 24 * 1024}
+
+
+@pytest.mark.parametrize("kernel", sorted(EPILOGUE_CODE_BUDGET))
+def test_piece_epilogues_are_compact(sass_by_function, kernel):
+    kernels = _kernels(sass_by_function, kernel)
+    assert len(kernels) == 1, sorted(kernels)
+    span, stores = _code_span(next(iter(kernels.values())), "STG")
+    budget = EPILOGUE_CODE_BUDGET[kernel]
+    assert span <= budget, f"{kernel}: {stores} global stores over {span} B of SASS (budget {budget} B)"
