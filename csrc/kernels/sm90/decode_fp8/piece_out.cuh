@@ -31,7 +31,8 @@ __device__ __forceinline__ PieceOut piece_out(const DecodeParams& p, int req, in
   return PieceOut{slab, single};
 }
 
-// Address of (row, dim) in the slab. row < q_rows <= 1024 and dim < 512, so the offset fits 32 bits.
+// Address of (row, dim) in the slab. row < q_rows <= 262140 (decode_api.cpp MAX_Q_ROWS) and dim < 512, so the
+// byte offset is < 2^29 and fits 32 bits.
 __device__ __forceinline__ char* piece_out_row(const PieceOut& po, int row, int dim) {
   const int elem = po.single ? 2 : 4;
   return po.slab + (row * D_V + dim) * elem;
