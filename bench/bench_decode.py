@@ -63,6 +63,11 @@ ANCHOR_CASES = [
     Case(64, 1, 128, 32768, varlen=True, anchor_us=1073),
 ]
 SMALL_BATCH_CASES = [Case(b, 1, h, 8192) for b in (1, 4, 16) for h in (16, 64, 128)]
+# One token short of a whole block: every request's last block runs the kernels' masked variants (the masked
+# softmax and V tail), code that the whole-block cases above never run and that a CTA fetches cold at each
+# request end (docs/decode_kernel.md "Eleventh session"). Side by side with the cases above they give its cost.
+PARTIAL_BLOCK_CASES = [Case(16, 1, h, 8191) for h in (16, 64, 128)] + [Case(64, 1, 16, 16383)]
+ALL_CASES = ANCHOR_CASES + SMALL_BATCH_CASES + PARTIAL_BLOCK_CASES
 QUICK_CASES = [Case(64, 1, 16, 32768, anchor_us=616), Case(64, 1, 128, 32768, anchor_us=1010),
                Case(4, 1, 64, 8192), Case(128, 1, 128, 4096, anchor_us=264)]
 
@@ -288,9 +293,9 @@ def main() -> None:
     print(f"device: {torch.cuda.get_device_name(0)}; copy ceiling: {ceiling:.1f} GB/s; baseline: "
           f"{'FlashMLA measured in this run' if fm else 'docs/anchors.md times (flash_mla not importable)'}")
     print(f"{'case':<34} {'us':>10} {'TFLOPS':>9} {'KV GB/s':>9} {'roof':>8}  speedup")
-    cases = QUICK_CASES if args.quick else ANCHOR_CASES + SMALL_BATCH_CASES
+    cases = QUICK_CASES if args.quick else ALL_CASES
     if args.cases:
-        cases = [c for c in ANCHOR_CASES + SMALL_BATCH_CASES if any(s in c.name for s in args.cases.split(","))]
+        cases = [c for c in ALL_CASES if any(s in c.name for s in args.cases.split(","))]
     results = []
     for c in cases:
         results.append(run_case(c, fm, ceiling, H, pdl_ab=args.pdl_ab, ab_rounds=max(args.ab_rounds, 1)))

@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.bench_decode import ANCHOR_CASES, SMALL_BATCH_CASES, case_inputs, flash_mla_baseline, random_snapmla_cache  # noqa: E402
+from bench.bench_decode import ALL_CASES, case_inputs, flash_mla_baseline, random_snapmla_cache  # noqa: E402
 from snapmla_ext import layout as L  # noqa: E402
 
 
@@ -54,7 +54,7 @@ def main() -> None:
 
     fm = flash_mla_baseline()
     for name in args.cases.split(","):
-        case = next(c for c in ANCHOR_CASES + SMALL_BATCH_CASES if c.name == name)
+        case = next(c for c in ALL_CASES if c.name == name)
         seqlens_cpu, block_table, num_blocks, q = case_inputs(case)
         seqlens = seqlens_cpu.cuda()
         cache = random_snapmla_cache(num_blocks, seed=case.s_k)

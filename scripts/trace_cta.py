@@ -54,11 +54,11 @@ def run_case(name: str) -> None:
     if not raise_printf_fifo():
         print("note: printf FIFO left at its default size", file=sys.stderr)
 
-    from bench.bench_decode import ANCHOR_CASES, SMALL_BATCH_CASES, case_inputs, random_snapmla_cache
+    from bench.bench_decode import ALL_CASES, case_inputs, random_snapmla_cache
     from snapmla_ext import layout as L
     from snapmla_ext.decode_ops import flash_mla_with_kvcache, get_mla_metadata
 
-    case = next(c for c in ANCHOR_CASES + SMALL_BATCH_CASES if c.name == name)
+    case = next(c for c in ALL_CASES if c.name == name)
     seqlens_cpu, block_table, num_blocks, q = case_inputs(case)
     seqlens = seqlens_cpu.cuda()
     cache = random_snapmla_cache(num_blocks, seed=case.s_k)
