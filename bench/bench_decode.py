@@ -231,7 +231,7 @@ def print_line(r) -> None:
 
 def plot_speedup(json_path: str, png_path: Optional[str] = None) -> Optional[str]:
     """PNG of speedup over FlashMLA BF16 vs context length, one line per head count (b = 64, s_q = 1, fixed
-    lengths). Reads only the JSON, so it runs on any machine with matplotlib."""
+    whole-block lengths). Reads only the JSON, so it runs on any machine with matplotlib."""
     try:
         import matplotlib
 
@@ -245,7 +245,8 @@ def plot_speedup(json_path: str, png_path: Optional[str] = None) -> Optional[str
     series: dict[int, list[tuple[int, float, str]]] = {}
     for r in data["results"]:
         p = r["params"]
-        if p["b"] == 64 and p["s_q"] == 1 and not p["varlen"] and p.get("speedup"):
+        # Whole-block lengths only: PARTIAL_BLOCK_CASES (s_k = 16383) would sit on top of the 16384 point.
+        if p["b"] == 64 and p["s_q"] == 1 and not p["varlen"] and p["s_k"] % 64 == 0 and p.get("speedup"):
             series.setdefault(p["h_q"], []).append((p["s_k"], p["speedup"], p["baseline"]))
     if not series:
         print(f"{json_path}: no b = 64, s_q = 1 case with a baseline: no plot")
