@@ -1,6 +1,11 @@
 """scripts/qk_accumulation_model.py: the FP8 WGMMA accumulation model behaves as its docstring says, and it
 reproduces the two lse errors measured on the H200 (the reason for its predictions of the promotion patch)."""
 
+import os
+import re
+import shutil
+import subprocess
+
 import pytest
 import torch
 
@@ -53,3 +58,33 @@ def test_model_reproduces_the_h200_heavy_tailed_error(model):
     layer = synthetic_layer(cfg, 7)
     err = model.lse_error(layer.q.reshape(-1, layer.q.shape[-1]), layer.kv, cfg.softmax_scale).abs().max().item()
     assert 5.0e-3 < err < 7.0e-3, err
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROBE = os.path.join(ROOT, "scripts", "microbench", "wgmma_fp8_accumulation.cu")
+
+
+def _probe_cases():
+    text = open(PROBE).read()
+    rows = re.findall(r"\{(-?[\d.]+)f, ([\d.]+)f, ([\d.]+)f, (-?[\d.]+f(?: \+ [\d.]+f)?), \"", text)
+    assert len(rows) >= 7, f"{PROBE}: parsed {len(rows)} cases"
+    return [(float(c), float(a), float(b), sum(float(t.rstrip("f")) for t in m.split(" + "))) for c, a, b, m in rows]
+
+
+def test_gpu_probe_expects_what_the_model_says(model):
+    """The GPU probe's expected results (worked out by hand in the .cu) are the model's."""
+    for c, a, b, expected in _probe_cases():
+        got = _step(model, c, [a] * 32, [b] * 32)
+        assert got == expected, (c, a, b, got, expected)
+
+
+def test_gpu_probe_compiles(tmp_path):
+    nvcc = shutil.which("nvcc") or (os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
+                                   if os.environ.get("CUDA_HOME") else None)
+    if not nvcc or not os.path.exists(nvcc):
+        pytest.skip("nvcc not found")
+    cmd = [nvcc, "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a", "-O2", "-I", os.path.join(ROOT, "csrc"),
+           "-o", str(tmp_path / "probe"), PROBE]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "C7519" not in res.stderr, res.stderr  # no injected warpgroup.arrive: the WGMMA is as written
