@@ -5,52 +5,25 @@ Reads the built extension with cuobjdump (pip: nvidia-cuda-cuobjdump + nvidia-cu
 requirements.txt), so CI checks the SASS of every build without a GPU. Skips when either is missing.
 """
 
-import glob
-import os
 import re
-import shutil
-import subprocess
 
 import pytest
 
-import snapmla_ext
-
-PKG_DIR = os.path.dirname(snapmla_ext.__file__)
-
-
-def _tool(name):
-    found = shutil.which(name)
-    if found:
-        return found
-    try:
-        import nvidia
-
-        for base in nvidia.__path__:
-            for sub in ("cu13", "cu12", "cuda_cuobjdump", "cuda_nvdisasm"):
-                path = os.path.join(base, sub, "bin", name)
-                if os.path.exists(path):
-                    return path
-    except ImportError:
-        pass
-    return None
+from utils.scripts import script_module
 
 
 @pytest.fixture(scope="module")
 def sass_by_function():
-    built = glob.glob(os.path.join(PKG_DIR, "_C*.so")) or [p for p in [os.environ.get("SNAPMLA_EXT_PATH")] if p]
-    cuobjdump, nvdisasm = _tool("cuobjdump"), _tool("nvdisasm")
-    if not built:
-        pytest.skip("the compiled extension (snapmla_ext/_C*.so) is not built")
-    if not cuobjdump or not nvdisasm:
-        pytest.skip("cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
-    env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
-    text = subprocess.run([cuobjdump, "-sass", built[0]], capture_output=True, text=True, env=env, check=True).stdout
-    functions = {}
-    for chunk in re.split(r"\n\s*Function : ", text)[1:]:
-        name, _, body = chunk.partition("\n")
-        functions[name.strip()] = body
-    assert functions, "cuobjdump printed no SASS functions"
-    return functions
+    """{kernel: SASS} of the built extension (scripts/sass_sizes.py finds the tools and splits the listing)."""
+    with script_module("sass_sizes") as sizes:
+        built = sizes.built_extension()
+        if not built:
+            pytest.skip("the compiled extension (snapmla_ext/_C*.so) is not built")
+        if not sizes.find_tool("cuobjdump") or not sizes.find_tool("nvdisasm"):
+            pytest.skip("cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+        functions = sizes.sass_by_function(built)
+        assert functions, "cuobjdump printed no SASS functions"
+        yield functions
 
 
 def _decode_kernel(functions):
@@ -159,13 +132,6 @@ def test_debug_tracers_are_compiled_out(sass_by_function):
         assert not clocks, f"{name}: reads {sorted(set(clocks))}: a tracer is compiled in"
 
 
-def _code_span(sass, opcode):
-    """Bytes of code from the first to the last instruction `opcode` (each SASS line is /*offset*/ op ...)."""
-    offsets = [int(m.group(1), 16) for m in re.finditer(rf"/\*([0-9a-f]{{4,}})\*/\s+(?:@!?U?P\w+\s+)?{opcode}\b", sass)]
-    assert offsets, f"no {opcode} in the kernel"
-    return offsets[-1] - offsets[0] + 16, len(offsets)
-
-
 # Most bytes of SASS from a decode kernel's first global store to its last: the piece epilogue, where every o
 # store of both kernels is (piece_out.cuh). A CTA runs an epilogue once per piece, so each SM fetches these
 # instructions cold in the middle of the launch while the other SMs keep L2 and DRAM busy. With a 64-bit address
@@ -179,6 +145,7 @@ EPILOGUE_CODE_BUDGET = {"snapmla_decode_fp8_kernel": 16 * 1024, "snapmla_decode_
 def test_piece_epilogues_are_compact(sass_by_function, kernel):
     kernels = _kernels(sass_by_function, kernel)
     assert len(kernels) == 1, sorted(kernels)
-    span, stores = _code_span(next(iter(kernels.values())), "STG")
+    with script_module("sass_sizes") as sizes:
+        span, stores = sizes.code_span(next(iter(kernels.values())), "STG")
     budget = EPILOGUE_CODE_BUDGET[kernel]
     assert span <= budget, f"{kernel}: {stores} global stores over {span} B of SASS (budget {budget} B)"
