@@ -112,6 +112,10 @@ CASES = [
     ("b1_h1_64k", 1, 1, 1, [65536], False, None),
     ("b1_h128_sq2_32k_causal_forced", 1, 2, 128, [32768], True, FORCE),
     ("b16_h32_8k", 16, 1, 32, varlen(16, 8192, 4), False, None),
+    # s_q = 8 (SPEC section 5: s_q from 1 to at least 8), added in the eleventh session without a GPU: 1024 query
+    # rows in 16 m-tiles with a split, and 128 rows of h_q = 16 with a request shorter than s_q.
+    ("b3_sq8_h128_causal_forced", 3, 8, 128, [900, 64, 2000], True, FORCE),
+    ("b2_sq8_h16_causal", 2, 8, 16, [700, 5], True, None),
 ]
 
 
