@@ -13,17 +13,22 @@ from utils.scripts import script_module
 
 
 @pytest.fixture(scope="module")
-def sass_by_function():
+def sizes():
+    with script_module("sass_sizes") as mod:
+        yield mod
+
+
+@pytest.fixture(scope="module")
+def sass_by_function(sizes):
     """{kernel: SASS} of the built extension (scripts/sass_sizes.py finds the tools and splits the listing)."""
-    with script_module("sass_sizes") as sizes:
-        built = sizes.built_extension()
-        if not built:
-            pytest.skip("the compiled extension (snapmla_ext/_C*.so) is not built")
-        if not sizes.find_tool("cuobjdump") or not sizes.find_tool("nvdisasm"):
-            pytest.skip("cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
-        functions = sizes.sass_by_function(built)
-        assert functions, "cuobjdump printed no SASS functions"
-        yield functions
+    built = sizes.built_extension()
+    if not built:
+        pytest.skip("the compiled extension (snapmla_ext/_C*.so) is not built")
+    if not sizes.find_tool("cuobjdump") or not sizes.find_tool("nvdisasm"):
+        pytest.skip("cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+    functions = sizes.sass_by_function(built)
+    assert functions, "cuobjdump printed no SASS functions"
+    return functions
 
 
 def _decode_kernel(functions):
@@ -142,10 +147,9 @@ EPILOGUE_CODE_BUDGET = {"snapmla_decode_fp8_kernel": 16 * 1024, "snapmla_decode_
 
 
 @pytest.mark.parametrize("kernel", sorted(EPILOGUE_CODE_BUDGET))
-def test_piece_epilogues_are_compact(sass_by_function, kernel):
+def test_piece_epilogues_are_compact(sass_by_function, sizes, kernel):
     kernels = _kernels(sass_by_function, kernel)
     assert len(kernels) == 1, sorted(kernels)
-    with script_module("sass_sizes") as sizes:
-        span, stores = sizes.code_span(next(iter(kernels.values())), "STG")
+    span, stores = sizes.code_span(next(iter(kernels.values())), "STG")
     budget = EPILOGUE_CODE_BUDGET[kernel]
     assert span <= budget, f"{kernel}: {stores} global stores over {span} B of SASS (budget {budget} B)"

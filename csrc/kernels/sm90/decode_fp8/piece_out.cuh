@@ -3,7 +3,7 @@
 // the element size are computed once per piece, so each row costs one address and each of its m-tiles' pairs one
 // store at an immediate offset from it.
 // Why it matters: with a 64-bit address built per store (both branches, 64 stores per thread) the wide kernel's
-// epilogue was 44 KB of SASS and the narrow one's 41 KB, out of 128 / 114 KB. A CTA runs an epilogue once per
+// stores spanned 41.7 KB of SASS and the narrow one's 34.7 KB (first to last STG), out of 128 / 114 KB. A CTA runs an epilogue once per
 // piece, so each SM fetched those instructions cold, mid-launch, while the other SMs kept L2 and DRAM busy: the
 // 13-33 us piece epilogues of the traces (docs/decode_kernel.md, eleventh session).
 #pragma once
