@@ -45,9 +45,19 @@
 
 namespace snapmla::sm90::decode_fp8 {
 
-// S = Q . K^T over 512 FP8 dims and 64 BF16 RoPE dims, one fp32 accumulator. Both operands are K-major
-// Swizzle-128B tiles of 64 rows x 128 B; k-step kk reads bytes 32*(kk%4) of tile kk/4.
-__device__ __forceinline__ void issue_qk(float (&s)[32], const SharedStorage& ss, int stage) {
+// S = Q . K^T over 512 FP8 dims and 64 BF16 RoPE dims. Both operands are K-major Swizzle-128B tiles of 64 rows
+// x 128 B; k-step kk reads bytes 32*(kk%4) of tile kk/4.
+// The 16 FP8 k-steps go into QK_CHAINS = 2 fresh accumulators of 8 chained steps each (the RoPE k-group into the
+// second), summed in fp32 by qk_block. An FP8 WGMMA step aligns its 32 products to the accumulator's exponent and
+// keeps 13 fraction bits there (H200 probe, scripts/microbench/wgmma_fp8_accumulation.cu), so one chain of 16
+// steps loses the products' low bits to its own growing sum; where all 512 products of a dominant logit have one
+// sign this was 0.37-0.52 nats of lse at lse ~100. scripts/qk_accumulation_model.py: 2 chains -0.15..-0.19
+// nats there (measured on the H200, 2026-12-01: -0.13..-0.20) and 2.3e-3 (from 5.9e-3) on the heavy-tailed
+// layer. 4 chains (the narrow kernel's) would need
+// 4 x 32 accumulator registers next to O^T's 128: over MATH_REGS = 232.
+inline constexpr int WIDE_QK_CHAINS = 2;
+__device__ __forceinline__ void issue_qk(float (&s)[WIDE_QK_CHAINS][32], const SharedStorage& ss, int stage) {
+  constexpr int CHAIN = QK_CONTENT_STEPS / WIDE_QK_CHAINS;
   constexpr uint32_t SBO = 8 * SWIZZLE_ROW_BYTES;  // 1024 B between 8-row groups
   // One descriptor per operand; k-steps add their byte offset / 16 to the start-address field (addresses stay
   // below 256 KB, so the 14-bit field never carries). The Q descriptor goes through an opaque move so the
@@ -58,14 +68,14 @@ __device__ __forceinline__ void issue_qk(float (&s)[32], const SharedStorage& ss
   for (int kk = 0; kk < QK_CONTENT_STEPS; ++kk) {
     const uint32_t off16 =
         ((kk / STEPS_PER_SWIZZLE_ROW) * CONTENT_TILE_BYTES + (kk % STEPS_PER_SWIZZLE_ROW) * K_STEP_BYTES) >> 4;
-    wgmma_m64n64k32_e4m3_ss(s, q_desc + off16, k_desc + off16, kk > 0);
+    wgmma_m64n64k32_e4m3_ss(s[kk / CHAIN], q_desc + off16, k_desc + off16, kk % CHAIN > 0);
   }
   const uint64_t qr_desc = opaque(make_smem_desc(smem_u32(ss.q_rope), SBO, SmemSwizzle::k128B));
   const uint64_t kr_desc = make_smem_desc(smem_u32(ss.kv_rope[stage]), SBO, SmemSwizzle::k128B);
 #pragma unroll
   for (int kk = 0; kk < QK_ROPE_STEPS; ++kk) {
     const uint32_t off16 = (kk * K_STEP_BYTES) >> 4;
-    wgmma_m64n64k16_bf16_ss(s, qr_desc + off16, kr_desc + off16, 1);
+    wgmma_m64n64k16_bf16_ss(s[WIDE_QK_CHAINS - 1], qr_desc + off16, kr_desc + off16, 1);
   }
 }
 
@@ -77,12 +87,18 @@ __device__ __forceinline__ void qk_block(float (&s)[32], SharedStorage& ss, int 
   mbarrier_wait(&ss.kv_full[stage], (block_idx / KV_STAGES) & 1);
   tm.mark(TP_WAIT_KV);
   bt.mark();
-  wgmma_fence_operands(s);
+  float sc[WIDE_QK_CHAINS][32];
+#pragma unroll
+  for (int c = 0; c < WIDE_QK_CHAINS; ++c) wgmma_fence_operands(sc[c]);
   wgmma_arrive();
-  issue_qk(s, ss, stage);
+  issue_qk(sc, ss, stage);
   wgmma_commit();
   wgmma_wait<0>();
-  wgmma_fence_operands(s);
+#pragma unroll
+  for (int c = 0; c < WIDE_QK_CHAINS; ++c) wgmma_fence_operands(sc[c]);
+  static_assert(WIDE_QK_CHAINS == 2, "the sum below");
+#pragma unroll
+  for (int k = 0; k < 32; ++k) s[k] = sc[0][k] + sc[1][k];
   tm.mark(TP_QK);
   if (release_q) mbarrier_arrive(&ss.q_empty[0]);
 }

@@ -53,6 +53,14 @@ __device__ __forceinline__ float fast_rcp(float x) {
   return y;
 }
 
+// log2 x with one MUFU.LG2 (abs error <= 2^-22 near 1, flush-to-zero). The narrow merge's x = L of a row that
+// saw a token, >= 1 (its largest e_j is 1 on the side holding the row maximum).
+__device__ __forceinline__ float fast_log2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Four floats -> four e4m3 bytes (v0 in the low byte), round to nearest even, saturating at +-448.
 __device__ __forceinline__ uint32_t pack_e4m3x4(float v0, float v1, float v2, float v3) {
   uint32_t r;

@@ -49,12 +49,11 @@ __device__ __forceinline__ void own_block(NarrowStorage& ss, int wg, int warp, i
                                           const float (&q_mul)[COLS_PER_THREAD], const int (&n_vis)[COLS_PER_THREAD],
                                           int n_valid, ColState (&cs)[COLS_PER_THREAD], float (&o)[M_TILES][ACC],
                                           bool release_q) {
-  float s[ACC];
+  float sc[QK_CHAINS][ACC];  // qk_softmax.cuh issue_qk_t: one accumulator per chain, each starts fresh
 #pragma unroll
-  for (int k = 0; k < ACC; ++k) s[k] = 0.f;
-  wgmma_fence_operands(s);
+  for (int c = 0; c < QK_CHAINS; ++c) wgmma_fence_operands(sc[c]);
   wgmma_arrive();
-  issue_qk_t<ROWS>(s, smem_u32(ss.kv_content[stage]), smem_u32(ss.kv_rope[stage]), smem_u32(ss.q_content[qbuf]),
+  issue_qk_t<ROWS>(sc, smem_u32(ss.kv_content[stage]), smem_u32(ss.kv_rope[stage]), smem_u32(ss.q_content[qbuf]),
                    smem_u32(ss.q_rope[qbuf]));
   wgmma_commit();
   uint32_t a[M_TILES][PV_STEPS][4];
@@ -62,7 +61,14 @@ __device__ __forceinline__ void own_block(NarrowStorage& ss, int wg, int warp, i
   const int tau0 = 16 * warp + lane / 4;  // the thread's tokens tau0, tau0 + 8 (qk_softmax.cuh)
   const float ks[2] = {ss.kv_scale[stage][tau0], ss.kv_scale[stage][tau0 + 8]};
   wgmma_wait<0>();
-  wgmma_fence_operands(s);
+  float s[ACC];
+#pragma unroll
+  for (int c = 0; c < QK_CHAINS; ++c) wgmma_fence_operands(sc[c]);
+#pragma unroll
+  for (int k = 0; k < ACC; ++k) {
+    static_assert(QK_CHAINS == 4, "the pairwise sum below");
+    s[k] = (sc[0][k] + sc[1][k]) + (sc[2][k] + sc[3][k]);
+  }
   // The stage's last reads (ldmatrix of V^T, the k scales, the QK operands) are done: release it, without a
   // proxy fence (mbarrier.cuh release_stage says why).
   release_stage(&ss.kv_empty[stage]);
@@ -115,31 +121,23 @@ __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, const SchedR
       const bool release_q = j + 2 >= n_blocks;
       mbarrier_wait(&ss.kv_full[stage], (n / STAGES) & 1);
       bt.mark();
-      // Uniform over the CTA (limit_min <= seqlen): the barriers inside are the same on every path.
-      if (pr.limit_min - blk * BLOCK_N >= BLOCK_N)
-        own_block<false, false>(ss, wg, warp, lane, stage, qbuf, pr.q_mul, n_vis, n_valid, cs, o, release_q);
-      else if (n_valid >= BLOCK_N)
-        own_block<true, false>(ss, wg, warp, lane, stage, qbuf, pr.q_mul, n_vis, n_valid, cs, o, release_q);
-      else
-        own_block<true, true>(ss, wg, warp, lane, stage, qbuf, pr.q_mul, n_vis, n_valid, cs, o, release_q);
+      // One block body for every block, masked at run time
+      // (for a whole block n_vis >= 64 and n_valid >= 64 keep every token). The whole-block and causal-only
+      // variants were two more copies of the body (~12 KB each); a request's partial last block ran its own
+      // copy, fetched cold at every request end (docs/decode_kernel.md "Eleventh session").
+      own_block<true, true>(ss, wg, warp, lane, stage, qbuf, pr.q_mul, n_vis, n_valid, cs, o, release_q);
       ct.first_block_mark(piece, j - first_own);
       bt.mark();
     }
     ct.mark();
     block_idx += n_blocks;
-    // The piece merge (merge_store.cuh): each barrier is one instruction that both warpgroups execute, outside
-    // the per-warpgroup templates (tests/test_sass.py checks there is one of each).
+    // The piece merge (merge_store.cuh): each barrier is one instruction that both warpgroups execute
+    // (tests/test_sass.py checks there is one of each).
     float l_sum[COLS_PER_THREAD];
-    if (wg == 0)
-      publish_piece_state<0>(ss, tid, piece, o, cs, l_sum);
-    else
-      publish_piece_state<1>(ss, tid, piece, o, cs, l_sum);
+    publish_piece_state(ss, wg, tid, piece, o, cs, l_sum);
     named_barrier_sync(BAR_MERGE_PUBLISHED, MATH_THREADS);
     const int split = piece_split(p, row, req);
-    if (wg == 0)
-      merge_and_store<0>(p, ss, req, split, tid, piece, o, cs, l_sum);
-    else
-      merge_and_store<1>(p, ss, req, split, tid, piece, o, cs, l_sum);
+    merge_and_store(p, ss, wg, req, split, tid, piece, o, cs, l_sum);
     named_barrier_sync(BAR_MERGE_READ, MATH_THREADS);
     ct.mark();
     ct.piece_done(n_blocks);

@@ -31,22 +31,30 @@
 
 namespace snapmla::sm90::decode_fp8::narrow {
 
-// WG: the calling warpgroup, a template parameter so the m-tiles it keeps and gives are register indices.
-// Step 1: the warpgroup's L~ column sums (returned in l_sum), its {m, inv, L~} into col_state[WG] and the four
-// m-tiles of O~ it gives into xfer[WG].
+// Step 1: the warpgroup's L~ column sums (returned in l_sum), its {m, inv, L~} into col_state[wg] and the four
+// m-tiles of O~ it gives into xfer[wg].
+// wg is a run-time value: the m-tiles a warpgroup keeps or gives are picked by selects (kept_tile, given_tile),
+// 32 per step. As templates on the warpgroup the two steps were two copies of the code, and both warpgroups of
+// an SM fetch the instructions cold at every piece end (piece_out.cuh).
 #ifdef SNAPMLA_DEBUG_MERGE_TAG
 inline constexpr bool DEBUG_MERGE_TAG = true;
 #else
 inline constexpr bool DEBUG_MERGE_TAG = false;
 #endif
 
+// Element k of the m-th m-tile that warpgroup wg keeps (m-tiles 4wg + m) or gives to its peer (4(1 - wg) + m).
+__device__ __forceinline__ float kept_tile(const float (&o)[M_TILES][ACC], int wg, int m, int k) {
+  return wg == 0 ? o[m][k] : o[M_TILES / 2 + m][k];
+}
+__device__ __forceinline__ float given_tile(const float (&o)[M_TILES][ACC], int wg, int m, int k) {
+  return wg == 0 ? o[M_TILES / 2 + m][k] : o[m][k];
+}
+
 // piece: the CTA's running piece index (only the debug tag uses it).
-template <int WG>
-__device__ __forceinline__ void publish_piece_state(NarrowStorage& ss, int tid, int piece,
+__device__ __forceinline__ void publish_piece_state(NarrowStorage& ss, int wg, int tid, int piece,
                                                     const float (&o)[M_TILES][ACC],
                                                     const ColState (&cs)[COLS_PER_THREAD],
                                                     float (&l_sum)[COLS_PER_THREAD]) {
-  constexpr int wg = WG;
   const int warp = tid / 32, lane = tid % 32, t = lane % 4;
 #pragma unroll
   for (int ce = 0; ce < COLS_PER_THREAD; ++ce) l_sum[ce] = cs[ce].l;
@@ -58,25 +66,22 @@ __device__ __forceinline__ void publish_piece_state(NarrowStorage& ss, int tid, 
     for (int ce = 0; ce < COLS_PER_THREAD; ++ce)
       ss.col_state[wg][8 * (ce / 2) + 2 * t + ce % 2] = make_float4(cs[ce].m, cs[ce].inv, l_sum[ce], tag);
   }
-  constexpr int give = wg == 0 ? M_TILES / 2 : 0;  // m-tiles handed to the peer
 #pragma unroll
   for (int m = 0; m < M_TILES / 2; ++m) {
 #pragma unroll
     for (int k4 = 0; k4 < ACC / 4; ++k4)
-      ss.xfer[wg][2 * m + k4][tid] =
-          make_float4(o[give + m][4 * k4], o[give + m][4 * k4 + 1], o[give + m][4 * k4 + 2], o[give + m][4 * k4 + 3]);
+      ss.xfer[wg][2 * m + k4][tid] = make_float4(given_tile(o, wg, m, 4 * k4), given_tile(o, wg, m, 4 * k4 + 1),
+                                                 given_tile(o, wg, m, 4 * k4 + 2), given_tile(o, wg, m, 4 * k4 + 3));
   }
 }
 
 // Step 2 (after BAR_MERGE_PUBLISHED): the merge of the peer's state into the kept m-tiles, and the store.
-template <int WG>
-__device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowStorage& ss, int req, int split, int tid,
-                                                int piece, const float (&o)[M_TILES][ACC],
+__device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowStorage& ss, int wg, int req, int split,
+                                                int tid, int piece, const float (&o)[M_TILES][ACC],
                                                 const ColState (&cs)[COLS_PER_THREAD],
                                                 const float (&l_sum)[COLS_PER_THREAD]) {
-  constexpr int wg = WG;
   const int warp = tid / 32, lane = tid % 32, t = lane % 4, r = lane / 4;
-  constexpr int keep = wg == 0 ? 0 : M_TILES / 2;  // m-tiles this warpgroup stores
+  const int keep = wg * (M_TILES / 2);  // first m-tile this warpgroup stores
   float f_own[COLS_PER_THREAD], f_peer[COLS_PER_THREAD], lse2[COLS_PER_THREAD];
   bool empty[COLS_PER_THREAD];
 #pragma unroll
@@ -86,12 +91,16 @@ __device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowSto
     if (DEBUG_MERGE_TAG && __float_as_int(peer.w) != piece + 1) __trap();  // another piece's state
     const float m = fmaxf(cs[ce].m, peer.x);
     empty[ce] = m == -INFINITY;
-    const float w_own = cs[ce].m == -INFINITY ? 0.f : exp2f(cs[ce].m - m) / cs[ce].inv;
-    const float w_peer = peer.x == -INFINITY ? 0.f : exp2f(peer.x - m) / peer.y;
+    // MUFU forms (softmax.cuh fast_*), as in the block loop: the exact exp2f / division / log2f with their
+    // slow paths were 7 KB of the piece end's code (4936 instructions in the kernel, 5400 with them), fetched
+    // cold (piece_out.cuh).
+    const float w_own = cs[ce].m == -INFINITY ? 0.f : fast_exp2(cs[ce].m - m) * fast_rcp(cs[ce].inv);
+    const float w_peer = peer.x == -INFINITY ? 0.f : fast_exp2(peer.x - m) * fast_rcp(peer.y);
     const float l = l_sum[ce] * w_own + peer.z * w_peer;
-    f_own[ce] = empty[ce] ? 0.f : w_own / l;
-    f_peer[ce] = empty[ce] ? 0.f : w_peer / l;
-    lse2[ce] = empty[ce] ? -INFINITY : m + log2f(l);
+    const float inv_l = empty[ce] ? 0.f : fast_rcp(l);
+    f_own[ce] = w_own * inv_l;
+    f_peer[ce] = w_peer * inv_l;
+    lse2[ce] = empty[ce] ? -INFINITY : m + fast_log2(l);
   }
 
   const int split_begin = p.num_splits[req];
@@ -118,7 +127,7 @@ __device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowSto
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int k = 4 * k4 + j, ce = 2 * (k / 4) + k % 2;
-        v[k] = o[keep + m][k] * f_own[ce] + peer[j] * f_peer[ce];
+        v[k] = kept_tile(o, wg, m, k) * f_own[ce] + peer[j] * f_peer[ce];
       }
     }
 #pragma unroll
@@ -136,7 +145,7 @@ __device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowSto
       const int row = 8 * (ce / 2) + 2 * t + ce % 2;
       if (row >= p.q_rows) continue;
       if (single) {
-        const int s = row / p.h_q, h = row % p.h_q;
+        const unsigned s = static_cast<unsigned>(row) / p.h_q, h = row - s * p.h_q;  // unsigned: a shorter division
         p.lse[(static_cast<int64_t>(req) * p.h_q + h) * p.s_q + s] = empty[ce] ? INFINITY : lse2[ce] * LN2;  // (b, h_q, s_q)
       } else {
         p.lse_accum[static_cast<int64_t>(split_begin + split) * p.q_rows + row] = lse2[ce];  // (total_splits, q_rows)

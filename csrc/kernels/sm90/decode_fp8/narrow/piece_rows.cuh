@@ -12,7 +12,6 @@ template <int N>
 struct PieceRows {
   float q_mul[N / 4];  // q_scale * softmax_scale * log2 e (0 for rows past q_rows)
   int limit[N / 4];    // visible tokens: causal query token s sees 0 .. seqlen - s_q + s
-  int limit_min;       // the fewest tokens any row sees (query token 0): blocks below it need no masking
 };
 
 template <int N>
@@ -25,7 +24,6 @@ __device__ __forceinline__ PieceRows<N> piece_rows(const DecodeParams& p, int re
     pr.q_mul[ce] = row_logit_multiplier(p, req, q_row, valid);
     pr.limit[ce] = row_visible_tokens(p, pc.seqlen, q_row, valid);
   }
-  pr.limit_min = row_visible_tokens(p, pc.seqlen, 0, true);
   return pr;
 }
 

@@ -39,11 +39,19 @@ struct ColState {
 // S^T (64 tokens x N rows) = K8 (64 x 512, the stage's content tiles) . Q8^T + K_rope . Q_rope^T, fp32.
 // A = the page's tiles (64 rows x 128 B, Swizzle-128B), B = the query tiles (N rows x 128 B, Swizzle-128B, one
 // tile every q_tile_bytes); k-step kk reads bytes 32 (kk % 4) of tile kk / 4 of both.
+// The 16 FP8 k-steps go into QK_CHAINS accumulators
+// of QK_CONTENT_STEPS / QK_CHAINS chained steps each (the RoPE k-group into the last), summed in fp32 by the
+// caller. The FP8 tensor cores keep ~14 significant bits while they accumulate, so a chain of 16 k32 steps
+// loses bits against its growing sum; where all 512 products of a dominant logit have the same sign this was
+// 0.37-0.52 nats of lse at lse ~100 (tests/test_decode_kernel_gpu.py test_block_far_above_the_others);
+// 4 chains: -0.05..-0.06 nats (H200, 2026-12-01), at no measured cost (1.00-1.02x).
+inline constexpr int QK_CHAINS = 4;
 template <int N>
-__device__ __forceinline__ void issue_qk_t(float (&s)[N / 2], uint32_t kv_content, uint32_t kv_rope, uint32_t q_content,
-                                           uint32_t q_rope) {
+__device__ __forceinline__ void issue_qk_t(float (&s)[QK_CHAINS][N / 2], uint32_t kv_content, uint32_t kv_rope,
+                                           uint32_t q_content, uint32_t q_rope) {
   constexpr uint32_t SBO = 8 * SWIZZLE_ROW_BYTES;  // 1024 B between 8-row groups, both operands
   constexpr int Q_TILE = N * SWIZZLE_ROW_BYTES;
+  constexpr int CHAIN = QK_CONTENT_STEPS / QK_CHAINS;
   const uint64_t k_desc = make_smem_desc(kv_content, SBO, SmemSwizzle::k128B);
   const uint64_t q_desc = make_smem_desc(q_content, SBO, SmemSwizzle::k128B);
 #pragma unroll
@@ -51,14 +59,14 @@ __device__ __forceinline__ void issue_qk_t(float (&s)[N / 2], uint32_t kv_conten
     const int in_row = (kk % STEPS_PER_SWIZZLE_ROW) * K_STEP_BYTES;
     const uint32_t k_off = ((kk / STEPS_PER_SWIZZLE_ROW) * CONTENT_TILE_BYTES + in_row) >> 4;
     const uint32_t q_off = ((kk / STEPS_PER_SWIZZLE_ROW) * Q_TILE + in_row) >> 4;
-    wgmma_m64n16k32_e4m3_ss(s, k_desc + k_off, q_desc + q_off, kk > 0);
+    wgmma_m64n16k32_e4m3_ss(s[kk / CHAIN], k_desc + k_off, q_desc + q_off, kk % CHAIN > 0);
   }
   const uint64_t kr_desc = make_smem_desc(kv_rope, SBO, SmemSwizzle::k128B);
   const uint64_t qr_desc = make_smem_desc(q_rope, SBO, SmemSwizzle::k128B);
 #pragma unroll
   for (int kk = 0; kk < QK_ROPE_STEPS; ++kk) {
     const uint32_t off = (kk * K_STEP_BYTES) >> 4;
-    wgmma_m64n16k16_bf16_ss(s, kr_desc + off, qr_desc + off);
+    wgmma_m64n16k16_bf16_ss(s[QK_CHAINS - 1], kr_desc + off, qr_desc + off);
   }
 }
 
