@@ -161,12 +161,16 @@ def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_ro
     # With FlashMLA importable, ours and FlashMLA's call alternate for `ab_rounds` rounds and each side keeps its
     # fastest: timed once each, ours came right after the previous case's FlashMLA run and was up to 17 % slower
     # than in a run without it (b64 h128 16k, H200, 2026-12-01; docs/notes/2026-12-01-h200-d.md).
+    # Each round is followed by the SM clock it left (harness.sm_clock_mhz): in the twelfth session's table our
+    # second round ran up to 20 % slower than the first at h_q 64 / 128 while FlashMLA's two agreed within 3 %.
     rounds = ab_rounds if fm is not None else 1
-    ours_rounds, baseline_rounds = [], []
+    ours_rounds, baseline_rounds, ours_mhz, baseline_mhz = [], [], [], []
     for _ in range(rounds):
         ours_rounds.append(H.time_cold(fn))
+        ours_mhz.append(H.sm_clock_mhz())
         if fm is not None:
             baseline_rounds.append(time_flash_mla(fm, case, q, block_table, seqlens, num_blocks, H))
+            baseline_mhz.append(H.sm_clock_mhz())
             torch.cuda.empty_cache()
     us = min(ours_rounds)
     # q_rows <= 16: the call above let the launcher choose (launch.h use_narrow); both kernels are also timed
@@ -208,6 +212,7 @@ def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_ro
         narrow_vs_wide=(forced["wide"] / forced["narrow"]) if forced else None,
         plain_launch_us=plain_us, pdl_launch_us=pdl_us, pdl_speedup=(plain_us / pdl_us) if plain_us else None,
         ours_rounds_us=ours_rounds, baseline_rounds_us=baseline_rounds or None,
+        ours_rounds_sm_mhz=ours_mhz, baseline_rounds_sm_mhz=baseline_mhz or None,
     )
     q_bytes = rows * L.D_QK * 2
     out_bytes = rows * (L.D_CONTENT * 2 + 4)
@@ -225,8 +230,14 @@ def print_line(r) -> None:
             f"narrow {p['narrow_vs_wide']:.2f}x]" if p.get("wide_kernel_us") else "")
     pdl = (f"  [plain launch {p['plain_launch_us']:.1f} us, PDL {p['pdl_launch_us']:.1f} us, {p['pdl_speedup']:.3f}x]"
            if p.get("plain_launch_us") else "")
-    print(f"{r.name:<34} {r.us:10.1f} {p['tflops']:9.1f} {p['kv_gbps']:9.1f} {p['pct_roofline']:7.1f}%  {speed}{wide}{pdl}",
-          flush=True)
+    # Rounds, with the SM clock after each, when there is more than one (ours / FlashMLA).
+    rounds = ""
+    if p.get("baseline_rounds_us") and len(p["ours_rounds_us"]) > 1:
+        side = lambda us, mhz: "/".join(f"{t:.1f}@{f:.0f}" for t, f in zip(us, mhz))  # noqa: E731
+        rounds = (f"  [rounds us@MHz: ours {side(p['ours_rounds_us'], p['ours_rounds_sm_mhz'])}, "
+                  f"FlashMLA {side(p['baseline_rounds_us'], p['baseline_rounds_sm_mhz'])}]")
+    print(f"{r.name:<34} {r.us:10.1f} {p['tflops']:9.1f} {p['kv_gbps']:9.1f} {p['pct_roofline']:7.1f}%  {speed}{wide}{pdl}"
+          f"{rounds}", flush=True)
 
 
 def plot_speedup(json_path: str, png_path: Optional[str] = None) -> Optional[str]:

@@ -66,6 +66,18 @@ def time_cold(fn: Callable[[], object], *, reps: int = 20, warmup: int = 3) -> f
     return statistics.median(times)
 
 
+def sm_clock_mhz(cycles: int = 1_000_000) -> float:
+    """The SM clock right now, in MHz: a one-thread kernel spins `cycles` clock64 cycles (torch.cuda._sleep)
+    and the events time it (~0.5 ms at 1.98 GHz). A benchmark round that runs slower than its neighbours with
+    a lower clock here was throttled, not slowed by the code."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(cycles)
+    end.record()
+    end.synchronize()
+    return cycles / (start.elapsed_time(end) * 1e3)
+
+
 def time_hot(fn: Callable[[], object], *, inner: int = 50, reps: int = 10) -> float:
     """Median us per call of `inner` back-to-back calls replayed from one CUDA graph (inputs hot in L2)."""
     stream = torch.cuda.Stream()

@@ -97,15 +97,17 @@ def test_narrow_and_wide_kernels_agree(monkeypatch, s_q, h_q, causal):
 
 # One block of head 0's row dominates by ~100 nats (its keys are head 0's query, scaled), so the other blocks'
 # exponentials relative to the running max all flush to zero (> 126 doublings) and their P8 blocks are all zero.
-# o must match the reference to SPEC section 7's tolerance. lse gets 1 % of its value: the FP8 tensor cores
+# o must match the reference to SPEC section 7's tolerance. lse gets 0.3 % of its value: the FP8 tensor cores
 # align each k-step's products to the accumulator's exponent and truncate them to 13 fraction bits there, and
-# here all 512 products of a dominant logit have the same sign, so the truncations add up (docs/decode_kernel.md
-# Open problems; scripts/qk_accumulation_model.py gives -0.41 to -0.47 nats on inputs of this kind). Measured
-# on the H200 (2026-12-01, wide kernel): 0.37 / 0.52 / 0.46 nats at lse 86 / 108 / 94 (0.43-0.49 %), the same
-# in the running-max form and in the dropped block-local softmax experiment. The model says the kernel's lse is
-# the lower one: the test prints the signed error. Missing or double-counting the dominant block would move lse
-# by ~50 nats.
-# The narrow case (h_q = 16) was added in the eleventh session without a GPU: its first run is on the twelfth.
+# here all 512 products of a dominant logit have the same sign, so the truncations add up and lse comes out low
+# (docs/decode_kernel.md Open problems; scripts/qk_accumulation_model.py, confirmed on the H200 by
+# scripts/microbench/wgmma_fp8_accumulation.cu). Measured on the H200, kernel - reference at lse 86 / 108 / 94:
+# - one accumulator chain of 16 k-steps (before 2026-12-01, both kernels): -0.37 / -0.52 / -0.46 nats, and the
+#   narrow kernel's o 3.3e-3 rel L2 at block 7 (over SPEC's 3e-3);
+# - since the twelfth session: the wide kernel's two chains of 8 (mainloop.cuh issue_qk) -0.13 / -0.20 / -0.13,
+#   the narrow kernel's four chains of 4 (qk_softmax.cuh issue_qk_t) -0.05 / -0.06 / -0.06; o 2.1-2.9e-3.
+# The 0.3 % (0.26-0.33 nats here) fails one chain of 16 in either kernel. Missing or double-counting the dominant
+# block would move lse by ~50 nats.
 @pytest.mark.parametrize("kernel,h_q", [("wide", 64), ("narrow", 16)])
 @pytest.mark.parametrize("dominant_block", [0, 7, 15])
 def test_block_far_above_the_others(monkeypatch, dominant_block, kernel, h_q):
@@ -125,7 +127,7 @@ def test_block_far_above_the_others(monkeypatch, dominant_block, kernel, h_q):
     print(f"\n{kernel} kernel, dominant block {dominant_block}: o rel_l2 {o_err:.3e} | lse max_abs {lse_err:.3e} | "
           f"lse[head 0] {float(ref_lse[0, 0, 0]):.1f}, kernel - reference {signed:+.3f}")
     assert torch.isfinite(out).all() and torch.isfinite(lse).all()
-    lse_tol = torch.clamp(1e-2 * ref_lse.abs(), min=LSE_ATOL)
+    lse_tol = torch.clamp(3e-3 * ref_lse.abs(), min=LSE_ATOL)
     assert o_err <= O_REL_L2 and bool(((lse - ref_lse).abs() <= lse_tol).all())
 
 

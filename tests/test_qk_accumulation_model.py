@@ -42,22 +42,29 @@ def test_small_integers_are_exact_and_the_result_keeps_14_bits(model):
 
 
 def test_model_reproduces_the_h200_far_above_error(model):
-    """Measured on the H200 (test_block_far_above_the_others): 0.37 / 0.52 / 0.46 nats at lse 86 / 108 / 94.
-    The model gives the same size on inputs of the same kind, lse too low, and ~7x less with 4-step chains."""
+    """Measured on the H200 (test_block_far_above_the_others), kernel - reference at lse 86 / 108 / 94: one chain
+    of 16 k-steps -0.37 / -0.52 / -0.46 nats; since the twelfth session the wide kernel's two chains of 8
+    -0.13 / -0.20 / -0.13 and the narrow kernel's four chains of 4 -0.05 / -0.06 / -0.06. The model gives the
+    same sizes and signs on inputs of the same kind (not the test's own inputs)."""
     for block in (0, 7, 15):
         q, kv = model.far_above_case(block)
-        plain = float(model.lse_error(q, kv, L.D_QK**-0.5)[0])
-        promoted = float(model.lse_error(q, kv, L.D_QK**-0.5, group=4)[0])
-        assert -0.6 < plain < -0.3, (block, plain)
-        assert abs(promoted) < abs(plain) / 5, (block, plain, promoted)
+        err = {g: float(model.lse_error(q, kv, L.D_QK**-0.5, group=g)[0]) for g in (16, 8, 4)}
+        assert -0.6 < err[16] < -0.3, (block, err)
+        assert -0.25 < err[8] < -0.1, (block, err)
+        assert -0.1 < err[4] < 0.0, (block, err)
 
 
 def test_model_reproduces_the_h200_heavy_tailed_error(model):
-    """Measured on the H200 (tests/test_numerics.py, the heavy-tailed layer): 5.9e-3 nats."""
+    """Measured on the H200 (tests/test_numerics.py, the heavy-tailed layer, the wide kernel): 5.9e-3 nats with
+    one chain of 16 k-steps (2026-11-29), 2.2488e-3 with the two chains of 8 that mainloop.cuh issues since the
+    twelfth session (2026-12-01). The model gives 2.2487e-3 for the second."""
     cfg = SyntheticConfig(seqlen=1000, num_queries=2, num_heads=64)
     layer = synthetic_layer(cfg, 7)
-    err = model.lse_error(layer.q.reshape(-1, layer.q.shape[-1]), layer.kv, cfg.softmax_scale).abs().max().item()
-    assert 5.0e-3 < err < 7.0e-3, err
+    q = layer.q.reshape(-1, layer.q.shape[-1])
+    one_chain = model.lse_error(q, layer.kv, cfg.softmax_scale).abs().max().item()
+    two_chains = model.lse_error(q, layer.kv, cfg.softmax_scale, group=8).abs().max().item()
+    assert 5.0e-3 < one_chain < 7.0e-3, one_chain
+    assert abs(two_chains - 2.2488e-3) < 0.05e-3, two_chains
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

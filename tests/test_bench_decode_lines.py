@@ -1,0 +1,46 @@
+"""bench/bench_decode.py's printed line (CPU): with FlashMLA measured in several rounds it shows each round's
+time and the SM clock after it, so a throttled round can be told from a slow kernel in the device's output."""
+
+import importlib.util
+import pathlib
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+BENCH = pathlib.Path(__file__).resolve().parents[1] / "bench" / "bench_decode.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_decode", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_decode"] = mod
+    try:
+        spec.loader.exec_module(mod)
+        yield mod
+    finally:
+        sys.modules.pop("bench_decode", None)
+
+
+def _result(**params):
+    base = dict(speedup=1.5, baseline="measured", tflops=100.0, kv_gbps=3000.0, pct_roofline=70.0,
+                ours_rounds_us=[100.0, 120.0], ours_rounds_sm_mhz=[1980.0, 1710.0],
+                baseline_rounds_us=[150.0, 151.0], baseline_rounds_sm_mhz=[1980.0, 1975.0])
+    base.update(params)
+    return SimpleNamespace(name="b64_sq1_h128_sk16384", us=100.0, params=base)
+
+
+def test_rounds_and_clocks_are_printed(bench, capsys):
+    bench.print_line(_result())
+    line = capsys.readouterr().out
+    assert "ours 100.0@1980/120.0@1710" in line and "FlashMLA 150.0@1980/151.0@1975" in line, line
+    assert "1.50x (measured)" in line
+
+
+def test_one_round_or_no_baseline_prints_no_rounds(bench, capsys):
+    bench.print_line(_result(baseline_rounds_us=None, baseline_rounds_sm_mhz=None, speedup=None))
+    bench.print_line(_result(ours_rounds_us=[100.0], ours_rounds_sm_mhz=[1980.0], baseline_rounds_us=[150.0],
+                             baseline_rounds_sm_mhz=[1980.0]))
+    out = capsys.readouterr().out
+    assert "rounds" not in out, out
