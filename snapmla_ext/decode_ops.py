@@ -199,9 +199,9 @@ def flash_mla_with_kvcache(
                    arguments of FlashMLA, not supported (NotImplementedError).
     Returns out (b, s_q, h_q, 512) bfloat16 and lse (b, h_q, s_q) float32 (natural log; a row that sees no token
     gets out = 0 and lse = +inf).
-    Kernel: s_q * h_q <= 16 runs the narrow kernel when b * max_pages >= 32 * num_sm_parts, else the wide one
-    (docs/decode_kernel.md); the environment variable SNAPMLA_DECODE_KERNEL=narrow|wide|auto overrides the
-    choice.
+    Kernel: s_q * h_q <= 16 runs the narrow kernel, larger ones the wide one (docs/decode_kernel.md); the
+    environment variable SNAPMLA_DECODE_KERNEL=narrow|wide|auto overrides the choice (wide also for
+    s_q * h_q <= 16).
     """
     unsupported = {
         "indices": indices,

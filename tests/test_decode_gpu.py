@@ -31,9 +31,9 @@ BEGIN_REQ, BEGIN_BLOCK, END_REQ, END_BLOCK, BEGIN_SPLIT = range(5)
 @pytest.fixture(autouse=True)
 def poison_outputs(monkeypatch):
     monkeypatch.setenv("SNAPMLA_DEBUG_CHECKS", "1")
-    # Every case with q_rows <= 16 on the narrow kernel, whatever its size (the automatic choice sends small
-    # ones to the wide kernel, which the h_q = 16 cases covered before the narrow kernel existed and
-    # tests/test_decode_kernel_gpu.py compares against the narrow one).
+    # Every case with q_rows <= 16 on the narrow kernel, forced (the automatic choice too since the twelfth
+    # session; before, it sent small ones to the wide kernel). tests/test_decode_kernel_gpu.py runs the wide
+    # kernel on q_rows <= 16 against the narrow one.
     monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "narrow")
     monkeypatch.delenv("SNAPMLA_FORCE_SPLIT", raising=False)
 

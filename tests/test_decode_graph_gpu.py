@@ -76,8 +76,8 @@ def test_torch_compile_matches_eager():
 
 
 def test_graph_replay_narrow_kernel(monkeypatch):
-    """The narrow kernel (q_rows <= 16, forced: these lengths are below its automatic threshold) captured and
-    replayed with new seqlens, forced split."""
+    """The narrow kernel (q_rows <= 16, forced, whatever the automatic choice) captured and replayed with new
+    seqlens, forced split."""
     monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "narrow")
     b, s_q, h_q = 5, 1, 16
 

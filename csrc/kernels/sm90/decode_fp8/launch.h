@@ -26,14 +26,12 @@ __host__ __device__ constexpr int rows_per_warp(int q_rows) { return q_rows >= B
 // query row first + k. rpw = rows_per_warp(q_rows).
 __host__ __device__ constexpr int warp_first_q_row(int m_tile, int warp, int rpw) { return (4 * m_tile + warp) * rpw; }
 
-// Query rows up to which the narrow kernel (narrow/kernel.cuh, query rows as the WGMMA N) runs instead.
+// Query rows up to which the narrow kernel (narrow/kernel.cuh, query rows as the WGMMA N) runs instead, unless
+// SNAPMLA_DECODE_KERNEL=wide (instantiations/decode_fp8_e4m3.cu, use_narrow, says why).
 inline constexpr int NARROW_MAX_Q_ROWS = 16;
-// ... and (SNAPMLA_DECODE_KERNEL unset or "auto") the block table allows at least this many blocks per CTA
-// (instantiations/decode_fp8_e4m3.cu, use_narrow, says why).
-inline constexpr int NARROW_MIN_BLOCKS_PER_CTA = 32;
 
 // Launches the decode kernel: the narrow one over grid (1, num_sm_parts) when use_narrow (q_rows <=
-// NARROW_MAX_Q_ROWS and enough work, or SNAPMLA_DECODE_KERNEL=narrow), else the wide one over grid
+// NARROW_MAX_Q_ROWS and SNAPMLA_DECODE_KERNEL is not "wide"), else the wide one over grid
 // (num_m_tiles(q_rows), num_sm_parts). Writes out/lse for requests done in one piece and o_accum/lse_accum
 // for split ones (the combine kernel runs after, see combine/launch.h).
 // launch_first (may be empty) is launched right before the decode kernel, once the kernel parameters (tensor

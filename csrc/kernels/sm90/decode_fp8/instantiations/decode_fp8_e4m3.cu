@@ -1,6 +1,6 @@
 // Explicit instantiation of the wide decode kernel (64-row query tiles) for the FP8 (e4m3) SnapMLA cache, and
-// the decode launcher, which picks the narrow kernel (instantiations/decode_fp8_e4m3_narrow.cu) for q_rows <= 16
-// when the work per CTA is large enough (use_narrow).
+// the decode launcher, which runs the narrow kernel (instantiations/decode_fp8_e4m3_narrow.cu) instead for
+// q_rows <= 16 (use_narrow).
 #include <cuda_fp8.h>
 
 #include <cstdlib>
@@ -18,20 +18,19 @@ template __global__ void snapmla_decode_fp8_kernel<__nv_fp8_e4m3>(const __grid_c
 namespace {
 
 // Which kernel runs a call with q_rows <= NARROW_MAX_Q_ROWS. SNAPMLA_DECODE_KERNEL (read per call, so tests and
-// benchmarks can switch it in one process): "narrow" or "wide" force one, unset or "auto" picks by the work per
-// CTA: the narrow kernel is 1.2-1.6x faster from ~60 blocks per CTA up (b = 64 / 128, H200) but 0.8-0.95x of the
-// wide one at b <= 16 with 8k tokens (<= 16 blocks per CTA), where per-block latency, not HBM, sets the time.
-// The host knows no sequence length (no sync), so the rule uses the bound the block table gives:
-// b * max_pages_per_req / num_sm_parts >= NARROW_MIN_BLOCKS_PER_CTA.
+// benchmarks can switch it in one process): "narrow" or "wide" force one; unset or "auto" is the narrow kernel.
+// Until the twelfth session auto took the wide kernel below 32 blocks per CTA (the narrow one was 0.8-0.95x of it
+// at b <= 16 with 8k tokens). With the narrow kernel's code cut from 6144 to 2496 instructions (one block body,
+// one merge copy, the producer loop rolled) it is the faster one at every measured size (H200, 97993be, forced,
+// same process, bench_decode_20261201T201711Z.json): b = 1 / 4 / 16 at 8k 1.08 / 1.10 / 1.04x, b16 at 8191
+// tokens 1.07x, b128 4k 1.17x, b64 16k-128k 1.14-1.18x.
 bool use_narrow(const DecodeParams& p) {
   if (p.q_rows > NARROW_MAX_Q_ROWS) return false;
   const char* v = std::getenv("SNAPMLA_DECODE_KERNEL");
   const std::string choice = v == nullptr ? "auto" : v;
   TORCH_CHECK(choice == "auto" || choice == "narrow" || choice == "wide",
               "SNAPMLA_DECODE_KERNEL must be auto, narrow or wide, got '", choice, "'");
-  if (choice != "auto") return choice == "narrow";
-  return static_cast<int64_t>(p.b) * p.max_pages_per_req >=
-         static_cast<int64_t>(NARROW_MIN_BLOCKS_PER_CTA) * p.num_sm_parts;
+  return choice != "wide";
 }
 
 }  // namespace
