@@ -25,7 +25,8 @@
 // tokens in one piece). Each block's P8 . V8 (64 tokens) is summed by the tensor core alone and added to O^T
 // in fp32 by the CUDA cores, which also folds the rescale into the same FFMA.
 //
-// Registers per thread: O^T 128 + S 32 + k scales 16 (one half at a time, re-read) during the softmax; O^T 128 +
+// Registers per thread: O^T 128 + the two QK chains 2 x 32 during the QK (issue_qk); O^T 128 + S 32 + k scales
+// 16 (one half at a time, re-read) during the softmax; O^T 128 +
 // one m-tile accumulator 32 + A fragments 2 x 8 + 16 column scales during PV, within MATH_REGS = 232. Two
 // m-tiles in flight (a second 32-register accumulator) spill: 720 B at 232 / 40, 436 B at 240 / 24 (ptxas,
 // 2026-11-29).
@@ -47,7 +48,7 @@ namespace snapmla::sm90::decode_fp8 {
 
 // S = Q . K^T over 512 FP8 dims and 64 BF16 RoPE dims. Both operands are K-major Swizzle-128B tiles of 64 rows
 // x 128 B; k-step kk reads bytes 32*(kk%4) of tile kk/4.
-// The 16 FP8 k-steps go into QK_CHAINS = 2 fresh accumulators of 8 chained steps each (the RoPE k-group into the
+// The 16 FP8 k-steps go into WIDE_QK_CHAINS = 2 fresh accumulators of 8 chained steps each (the RoPE k-group into the
 // second), summed in fp32 by qk_block. An FP8 WGMMA step aligns its 32 products to the accumulator's exponent and
 // keeps 13 fraction bits there (H200 probe, scripts/microbench/wgmma_fp8_accumulation.cu), so one chain of 16
 // steps loses the products' low bits to its own growing sum; where all 512 products of a dominant logit have one
@@ -58,6 +59,7 @@ namespace snapmla::sm90::decode_fp8 {
 inline constexpr int WIDE_QK_CHAINS = 2;
 __device__ __forceinline__ void issue_qk(float (&s)[WIDE_QK_CHAINS][32], const SharedStorage& ss, int stage) {
   constexpr int CHAIN = QK_CONTENT_STEPS / WIDE_QK_CHAINS;
+  static_assert(QK_CONTENT_STEPS % WIDE_QK_CHAINS == 0, "every chain has CHAIN steps, the first with scale-d = 0");
   constexpr uint32_t SBO = 8 * SWIZZLE_ROW_BYTES;  // 1024 B between 8-row groups
   // One descriptor per operand; k-steps add their byte offset / 16 to the start-address field (addresses stay
   // below 256 KB, so the 14-bit field never carries). The Q descriptor goes through an opaque move so the
@@ -87,7 +89,7 @@ __device__ __forceinline__ void qk_block(float (&s)[32], SharedStorage& ss, int 
   mbarrier_wait(&ss.kv_full[stage], (block_idx / KV_STAGES) & 1);
   tm.mark(TP_WAIT_KV);
   bt.mark();
-  float sc[WIDE_QK_CHAINS][32];
+  float sc[WIDE_QK_CHAINS][32];  // not initialised: each chain's first WGMMA has scale-d = 0 (issue_qk)
 #pragma unroll
   for (int c = 0; c < WIDE_QK_CHAINS; ++c) wgmma_fence_operands(sc[c]);
   wgmma_arrive();

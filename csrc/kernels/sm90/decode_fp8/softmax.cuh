@@ -54,7 +54,8 @@ __device__ __forceinline__ float fast_rcp(float x) {
 }
 
 // log2 x with one MUFU.LG2 (abs error <= 2^-22 near 1, flush-to-zero). The narrow merge's x = L of a row that
-// saw a token, >= 1 (its largest e_j is 1 on the side holding the row maximum).
+// saw a token, >= 1 up to the rounding of its rescales (its largest e_j is 1 on the side holding the row
+// maximum): normal, far from lg2's special cases.
 __device__ __forceinline__ float fast_log2(float x) {
   float y;
   asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));

@@ -5,7 +5,8 @@
 //
 // Here the query rows are the WGMMA N dimension of both GEMMs ("swap AB"):
 //   S^T (64 tokens x 16 rows) = K8 . Q8^T + K_rope . Q_rope^T: 16 QGMMA m64n16k32 + 4 HGMMA m64n16k16, A = the
-//     page's content / RoPE tiles as TMA left them, B = the 16-row query tile (qk_softmax.cuh);
+//     page's content / RoPE tiles as TMA left them, B = the 16-row query tile; the 16 FP8 k-steps in 4 fresh
+//     accumulator chains of 4, summed in fp32 (qk_softmax.cuh issue_qk_t says why);
 //   O^T (512 dims x 16 rows) += V^T . P^T: 16 QGMMA m64n16k32, A = V^T built in registers by ldmatrix.trans from
 //     the page's content tiles, B = P^T (1 KB) in shared memory (pv.cuh).
 // Each math warpgroup holds all of O^T (64 fp32 per thread), so the two need not exchange P or state per block:
@@ -43,13 +44,15 @@ namespace snapmla::sm90::decode_fp8::narrow {
 
 // One block owned by this warpgroup: QK issued, V^T fragments loaded and the k scales read while it runs; the
 // stage goes back to the producer once the QK retired (the earlier a stage is free, the more pages are in
-// flight: the kernel is bound by HBM). Then the softmax, P^T and the PV from registers.
-template <bool MASKED_SOFTMAX, bool MASKED_V>
+// flight: the kernel is bound by HBM). Then the softmax, P^T and the PV from registers. Every block runs this one
+// masked body (run-time masks; a whole block's keep every token): see run_math.
 __device__ __forceinline__ void own_block(NarrowStorage& ss, int wg, int warp, int lane, int stage, int qbuf,
                                           const float (&q_mul)[COLS_PER_THREAD], const int (&n_vis)[COLS_PER_THREAD],
                                           int n_valid, ColState (&cs)[COLS_PER_THREAD], float (&o)[M_TILES][ACC],
                                           bool release_q) {
-  float sc[QK_CHAINS][ACC];  // qk_softmax.cuh issue_qk_t: one accumulator per chain, each starts fresh
+  // qk_softmax.cuh issue_qk_t: one accumulator per chain. Not initialised: each chain's first WGMMA has
+  // scale-d = 0 (a compile-time immediate), so it overwrites the registers rather than adding to them.
+  float sc[QK_CHAINS][ACC];
 #pragma unroll
   for (int c = 0; c < QK_CHAINS; ++c) wgmma_fence_operands(sc[c]);
   wgmma_arrive();
@@ -57,7 +60,7 @@ __device__ __forceinline__ void own_block(NarrowStorage& ss, int wg, int warp, i
                    smem_u32(ss.q_rope[qbuf]));
   wgmma_commit();
   uint32_t a[M_TILES][PV_STEPS][4];
-  load_v_block<MASKED_V, M_TILES>(a, smem_u32(ss.kv_content[stage]), 0, warp, lane, n_valid);
+  load_v_block<true, M_TILES>(a, smem_u32(ss.kv_content[stage]), 0, warp, lane, n_valid);
   const int tau0 = 16 * warp + lane / 4;  // the thread's tokens tau0, tau0 + 8 (qk_softmax.cuh)
   const float ks[2] = {ss.kv_scale[stage][tau0], ss.kv_scale[stage][tau0 + 8]};
   wgmma_wait<0>();
@@ -75,8 +78,7 @@ __device__ __forceinline__ void own_block(NarrowStorage& ss, int wg, int warp, i
   if (release_q) mbarrier_arrive(&ss.q_empty[qbuf]);
   const int bar_id = BAR_WG0 + wg;
   float o_scale[COLS_PER_THREAD];
-  softmax_cols<MASKED_SOFTMAX, ROWS>(s, ks, q_mul, n_vis, cs, o_scale, &ss.red[wg][0][0][0], &ss.red[wg][1][0][0], warp,
-                               lane, bar_id);
+  softmax_cols<ROWS>(s, ks, q_mul, n_vis, cs, o_scale, &ss.red[wg][0][0][0], &ss.red[wg][1][0][0], warp, lane, bar_id);
   const uint32_t pt = smem_u32(ss.pt[wg]);
   store_pt<ROWS>(pt, s, cs, warp, lane, bar_id);
   pv_block<ROWS, M_TILES, WAVE_MT>(o, o_scale, a, pt);
@@ -125,7 +127,7 @@ __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, const SchedR
       // (for a whole block n_vis >= 64 and n_valid >= 64 keep every token). The whole-block and causal-only
       // variants were two more copies of the body (~12 KB each); a request's partial last block ran its own
       // copy, fetched cold at every request end (docs/decode_kernel.md "Eleventh session").
-      own_block<true, true>(ss, wg, warp, lane, stage, qbuf, pr.q_mul, n_vis, n_valid, cs, o, release_q);
+      own_block(ss, wg, warp, lane, stage, qbuf, pr.q_mul, n_vis, n_valid, cs, o, release_q);
       ct.first_block_mark(piece, j - first_own);
       bt.mark();
     }

@@ -13,8 +13,8 @@
 // no permutation). Two steps, with barriers over both warpgroups between them (narrow/kernel.cuh, run_math):
 //   publish_piece_state;  bar.sync BAR_MERGE_PUBLISHED;  merge_and_store;  bar.sync BAR_MERGE_READ
 // (the second keeps the next piece's publish from overwriting xfer and col_state before they are read). The
-// barriers sit in the caller, one instruction each for both warpgroups: inside these templates each warpgroup
-// had its own copy, which compute-sanitizer synccheck reported as divergent barriers, and racecheck once
+// barriers sit in the caller, one instruction each for both warpgroups: inside the former per-warpgroup templates
+// each warpgroup had its own copy, which compute-sanitizer synccheck reported as divergent barriers, and racecheck once
 // reported a hazard between a col_state write and the peer's read (H200, 2026-11-29).
 // Debug build -DSNAPMLA_DEBUG_MERGE_TAG (docs/decode_kernel.md, racecheck): col_state's unused .w carries the
 // CTA's running piece number, the peer traps if it reads another piece's state, and thread 0 sleeps 2 us before
@@ -92,8 +92,8 @@ __device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowSto
     const float m = fmaxf(cs[ce].m, peer.x);
     empty[ce] = m == -INFINITY;
     // MUFU forms (softmax.cuh fast_*), as in the block loop: the exact exp2f / division / log2f with their
-    // slow paths were 7 KB of the piece end's code (4936 instructions in the kernel, 5400 with them), fetched
-    // cold (piece_out.cuh).
+    // slow paths were 8 KB of the piece end's code (2496 instructions in the kernel at 97993be, 3008 with them),
+    // fetched cold (piece_out.cuh).
     const float w_own = cs[ce].m == -INFINITY ? 0.f : fast_exp2(cs[ce].m - m) * fast_rcp(cs[ce].inv);
     const float w_peer = peer.x == -INFINITY ? 0.f : fast_exp2(peer.x - m) * fast_rcp(peer.y);
     const float l = l_sum[ce] * w_own + peer.z * w_peer;

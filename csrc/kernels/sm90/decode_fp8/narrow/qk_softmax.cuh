@@ -52,6 +52,7 @@ __device__ __forceinline__ void issue_qk_t(float (&s)[QK_CHAINS][N / 2], uint32_
   constexpr uint32_t SBO = 8 * SWIZZLE_ROW_BYTES;  // 1024 B between 8-row groups, both operands
   constexpr int Q_TILE = N * SWIZZLE_ROW_BYTES;
   constexpr int CHAIN = QK_CONTENT_STEPS / QK_CHAINS;
+  static_assert(QK_CONTENT_STEPS % QK_CHAINS == 0, "every chain has CHAIN steps, the first with scale-d = 0");
   const uint64_t k_desc = make_smem_desc(kv_content, SBO, SmemSwizzle::k128B);
   const uint64_t q_desc = make_smem_desc(q_content, SBO, SmemSwizzle::k128B);
 #pragma unroll
@@ -116,9 +117,9 @@ __device__ __forceinline__ void reduce_cols(float (&v)[C], float* red, int warp,
 // >= 64 all). red_max / red_pmax: the warpgroup's two reduction slots (distinct, so one barrier each suffices:
 // a slot is rewritten only after every thread passed the other slot's barrier). Out: s holds p'_j (0 where
 // masked), cs the state after the block, o_scale[ce] the factor O^T column ce takes before this block's PV.
-// MASKED = false: every row sees the whole block (no selects). A row with no visible token keeps its state
-// (o_scale 1; its p' are 0), as in the wide kernel.
-template <bool MASKED, int N>
+// Masked by select for every block (the kernel's one block body; n_vis >= 64 keeps every token). A row with no
+// visible token keeps its state (o_scale 1; its p' are 0), as in the wide kernel.
+template <int N>
 __device__ __forceinline__ void softmax_cols(float (&s)[N / 2], const float (&ks)[2], const float (&q_mul)[N / 4],
                                              const int (&n_vis)[N / 4], ColState (&cs)[N / 4], float (&o_scale)[N / 4],
                                              float* red_max, float* red_pmax, int warp, int lane, int bar_id) {
@@ -135,7 +136,7 @@ __device__ __forceinline__ void softmax_cols(float (&s)[N / 2], const float (&ks
       for (int rr = 0; rr < 2; ++rr) {
         float& v = s[4 * i + 2 * rr + e];
         const float x = v * q_mul[ce] * ks[rr];
-        v = !MASKED || tau0 + 8 * rr < n_vis[ce] ? x : -INFINITY;
+        v = tau0 + 8 * rr < n_vis[ce] ? x : -INFINITY;
         m = fmaxf(m, v);
       }
       mx[ce] = m;
@@ -158,7 +159,7 @@ __device__ __forceinline__ void softmax_cols(float (&s)[N / 2], const float (&ks
         float& v = s[4 * i + 2 * rr + e];
         const float ex = fast_exp2(v - m_use);  // exactly 0 for a masked (-inf) logit
         // Masked: the select, not 0 * k_scale (an unused slot's scale may be NaN).
-        const float pp = !MASKED || tau0 + 8 * rr < n_vis[ce] ? ex * ks[rr] : 0.f;
+        const float pp = tau0 + 8 * rr < n_vis[ce] ? ex * ks[rr] : 0.f;
         e_sum[ce] += ex;
         p_max[ce] = fmaxf(p_max[ce], pp);
         v = pp;
