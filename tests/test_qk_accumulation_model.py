@@ -67,6 +67,23 @@ def test_model_reproduces_the_h200_heavy_tailed_error(model):
     assert abs(two_chains - 2.2488e-3) < 0.05e-3, two_chains
 
 
+def test_channel_orders_are_permutations_that_keep_the_dot_products(model):
+    """The channel-order study permutes q and the cache alike: every order is a permutation of the 512 content
+    channels, RoPE stays in place, and the exact dot products do not change."""
+    gen = torch.Generator().manual_seed(3)
+    kv = torch.randn(100, L.D_QK, generator=gen, dtype=torch.float64)
+    kv[:, 7] *= 50  # the largest channel: first in "largest 32 in step 0", last in "ascending |k|"
+    q = torch.randn(5, L.D_QK, generator=gen, dtype=torch.float64)
+    orders = model.channel_orders(kv)
+    assert int(orders["largest 32 in step 0"][0]) == 7 and int(orders["ascending |k|"][-1]) == 7
+    assert int(orders["largest 32 in step 15"][L.D_CONTENT - 32]) == 7
+    for name, order in orders.items():
+        assert torch.equal(torch.sort(order).values, torch.arange(L.D_CONTENT)), name
+        pq, pk = model.permuted(q, order), model.permuted(kv, order)
+        assert torch.equal(pk[:, L.D_CONTENT:], kv[:, L.D_CONTENT:]), name
+        torch.testing.assert_close(pq @ pk.T, q @ kv.T, rtol=1e-12, atol=1e-9)
+
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBE = os.path.join(ROOT, "scripts", "microbench", "wgmma_fp8_accumulation.cu")
 
