@@ -1,26 +1,17 @@
 """bench/bench_decode.py's printed line (CPU): with FlashMLA measured in several rounds it shows each round's
 time and the SM clock after it, so a throttled round can be told from a slow kernel in the device's output."""
 
-import importlib.util
-import pathlib
-import sys
 from types import SimpleNamespace
 
 import pytest
 
-BENCH = pathlib.Path(__file__).resolve().parents[1] / "bench" / "bench_decode.py"
+from utils.scripts import script_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_decode", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_decode"] = mod
-    try:
-        spec.loader.exec_module(mod)
+    with script_module("bench_decode", folder="bench") as mod:
         yield mod
-    finally:
-        sys.modules.pop("bench_decode", None)
 
 
 def _result(**params):

@@ -1,17 +1,18 @@
-"""A file of scripts/ (not a package) loaded as a module, for the CPU tests of its pure functions."""
+"""A file of scripts/ or bench/ (not packages) loaded as a module, for the CPU tests of its pure functions."""
 
 import contextlib
 import importlib.util
 import pathlib
 import sys
 
-SCRIPTS = pathlib.Path(__file__).resolve().parents[2] / "scripts"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager
-def script_module(name: str):
-    """scripts/<name>.py as the module `name`, in sys.modules while in use (dataclasses look their module up there)."""
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+def script_module(name: str, folder: str = "scripts"):
+    """<folder>/<name>.py as the module `name`, in sys.modules while in use (dataclasses look their module up
+    there)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / folder / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     try:
