@@ -3,10 +3,11 @@
 // kernel's launch and prologue (barrier init, tensor-map prefetch) overlap the tail of the kernel before it;
 // each kernel waits (griddep_wait) before its first global access, so results are bit-identical to plain
 // launches. Inside a CUDA-graph capture the attribute becomes a programmatic edge.
-// Off by default; SNAPMLA_PDL=1 turns it on (read per call, so tests and benchmarks compare both in one
-// process). Measured on the H200 (2026-12-01, bench_decode --pdl-ab, neighbouring timings in one process), with
-// the three kernels launched by one op: 0.88-0.90x at b = 1, 0.99-1.05x at b = 4 / 16, 0.95-1.06x at b = 64
-// (before that op, 0.71-0.83x for the wide kernel at b = 1 / 4). Not understood yet (docs/decode_kernel.md).
+// On by default since 2026-12-01 (thirteenth session); SNAPMLA_PDL=0 turns it off (read per call, so tests and
+// benchmarks compare both in one process). Measured on the H200 against plain launches, in rounds in one call,
+// twice (docs/notes/2026-12-01-h200-h.md calls 5-6): 1.01-1.04x at b = 4 / 16 / 64 / 128 (h_q 16 / 64 / 128,
+// s_q 1 / 2, varlen), 0.98x at b = 1 h_q 16 (20.4 -> 20.8 us) and 0.98-1.00x at b = 1 h_q 64, 1.02-1.03x at b = 1
+// h_q 128. Before the compact epilogues and the code cuts (sixth session) it was 0.88-0.90x at b = 1.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,13 +22,13 @@ namespace snapmla {
 
 inline bool pdl_enabled() {
   const char* v = std::getenv("SNAPMLA_PDL");
-  if (v == nullptr) return false;
+  if (v == nullptr) return true;
   const std::string s = v;
   TORCH_CHECK(s == "0" || s == "1", "SNAPMLA_PDL must be 0 or 1, got '", s, "'");
   return s == "1";
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute when SNAPMLA_PDL=1; a launch error
+// kernel<<<grid, block, smem, stream>>>(args...), with the PDL attribute unless SNAPMLA_PDL=0; a launch error
 // raises (SNAPMLA_CUDA_CHECK).
 template <typename... KernelArgs, typename... Args>
 void launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,

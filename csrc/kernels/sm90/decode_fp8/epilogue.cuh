@@ -34,8 +34,7 @@ __device__ __forceinline__ void store_piece(const DecodeParams& p, SharedStorage
   req = opaque(req);
   const int t = lane % 4, r = lane / 4;
   const int row0 = 16 * warp + r;
-  const int split_begin = p.num_splits[req];
-  const bool single = p.num_splits[req + 1] - split_begin == 1;
+  const PieceOut po = piece_out(p, req, split);
   const int rpw = rows_per_warp(p.q_rows);  // launch.h: the warp slab's rows are its first rpw tile rows
   // .w = 1 / L~ (0 for a row that saw nothing): two divisions per quad lead instead of 16 per thread below.
   if (t == 0) {
@@ -52,16 +51,9 @@ __device__ __forceinline__ void store_piece(const DecodeParams& p, SharedStorage
     const int row = warp_first_q_row(m_tile, warp, rpw) + k;
     if (wg != 0 || t != 0 || k >= rpw || row >= p.q_rows) continue;
     const bool empty = st[rr].m == -INFINITY;
-    const float lse2 = empty ? -INFINITY : st[rr].m + log2f(st[rr].l / st[rr].inv);
-    if (single) {
-      const int s = row / p.h_q, h = row % p.h_q;
-      p.lse[(static_cast<int64_t>(req) * p.h_q + h) * p.s_q + s] = empty ? INFINITY : lse2 * LN2;  // (b, h_q, s_q)
-    } else {
-      p.lse_accum[static_cast<int64_t>(split_begin + split) * p.q_rows + row] = lse2;  // (total_splits, q_rows)
-    }
+    store_piece_lse(p, po, req, row, st[rr].m + log2f(st[rr].l / st[rr].inv), empty);
   }
   named_barrier_sync(BAR_EPILOGUE_WG0 + wg, WG_THREADS);
-  const PieceOut po = piece_out(p, req, split_begin, split, single);
   const int dim0 = PV_M_TILES * 64 * wg + 16 * warp + 2 * r;  // + 64 mt
 #pragma unroll
   for (int i = 0; i < 8; ++i) {

@@ -223,7 +223,8 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
       const int blk = pc.blk_begin + j;
       const int n_vis[2] = {limit[0] - blk * BLOCK_N, limit[1] - blk * BLOCK_N};
       // A warp whose 16 rows are all padding (rows >= q_rows) skips the softmax and the packing: its P stays 0.
-      float mx[2];
+      // mx is set for those warps too: left unset it was carried round the block loop in 2 registers.
+      float mx[2] = {-INFINITY, -INFINITY};
       const bool whole = n_vis[0] >= BLOCK_N && n_vis[1] >= BLOCK_N;
       if (live_rows) {
         if (whole)

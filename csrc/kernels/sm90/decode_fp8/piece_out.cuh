@@ -18,17 +18,34 @@
 namespace snapmla::sm90::decode_fp8 {
 
 struct PieceOut {
-  char* slab;   // row 0, dim 0 of the piece's (q_rows, 512) rows: bf16 in p.out or fp32 in p.o_accum
-  bool single;  // one piece in the request: bf16 out, 2 B per element; else fp32, 4 B
+  char* slab;       // row 0, dim 0 of the piece's (q_rows, 512) rows: bf16 in p.out or fp32 in p.o_accum
+  float* lse_slab;  // the piece's (q_rows) lse_accum entries (split pieces only)
+  bool single;      // one piece in the request: bf16 out, 2 B per element, lse into p.lse; else fp32, 4 B
 };
 
-// split_begin = num_splits[req]; split: the piece's index among the request's pieces.
-__device__ __forceinline__ PieceOut piece_out(const DecodeParams& p, int req, int split_begin, int split, bool single) {
-  char* const slab =
-      single ? reinterpret_cast<char*>(p.out + static_cast<int64_t>(req) * p.q_rows * D_V)  // (b, q_rows, 512)
-             : reinterpret_cast<char*>(p.o_accum + static_cast<int64_t>(split_begin + split) * p.q_rows *
-                                                       D_V);  // (total_splits, q_rows, 512)
-  return PieceOut{slab, single};
+// split: the piece's index among the request's pieces (schedule.cuh piece_split). Reads num_splits[req] and
+// num_splits[req + 1]: call it early in an epilogue, every store address waits for these two loads (mid-launch
+// they queue behind the page stream, ~4-5 us; docs/decode_kernel.md, tenth session).
+__device__ __forceinline__ PieceOut piece_out(const DecodeParams& p, int req, int split) {
+  const int split_begin = p.num_splits[req];
+  const bool single = p.num_splits[req + 1] - split_begin == 1;
+  const int64_t slab_row0 = static_cast<int64_t>(split_begin + split) * p.q_rows;  // (total_splits, q_rows)
+  char* const slab = single ? reinterpret_cast<char*>(p.out + static_cast<int64_t>(req) * p.q_rows * D_V)  // (b, q_rows, 512)
+                            : reinterpret_cast<char*>(p.o_accum + slab_row0 * D_V);  // (total_splits, q_rows, 512)
+  return PieceOut{slab, single ? nullptr : p.lse_accum + slab_row0, single};
+}
+
+// The lse of query row `row` (< q_rows) of the piece, from lse2 = m + log2(L / sigma) in the log2 domain:
+//   one piece:  lse (b, h_q, s_q) = ln 2 * lse2 (natural log), +inf for a row with no visible token;
+//   split:      lse_accum = lse2, -inf for such a row (the combine kernel gives it weight 0).
+__device__ __forceinline__ void store_piece_lse(const DecodeParams& p, const PieceOut& po, int req, int row, float lse2,
+                                                bool empty) {
+  if (po.single) {
+    const unsigned s = static_cast<unsigned>(row) / p.h_q, h = row - s * p.h_q;  // unsigned: a shorter division
+    p.lse[(static_cast<int64_t>(req) * p.h_q + h) * p.s_q + s] = empty ? INFINITY : lse2 * LN2;
+  } else {
+    po.lse_slab[row] = empty ? -INFINITY : lse2;
+  }
 }
 
 // Address of (row, dim) in the slab. row < q_rows <= 262140 (decode_api.cpp MAX_Q_ROWS) and dim < 512, so the

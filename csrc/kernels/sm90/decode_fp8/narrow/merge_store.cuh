@@ -103,9 +103,7 @@ __device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowSto
     lse2[ce] = empty[ce] ? -INFINITY : m + fast_log2(l);
   }
 
-  const int split_begin = p.num_splits[req];
-  const bool single = p.num_splits[req + 1] - split_begin == 1;
-  const PieceOut po = piece_out(p, req, split_begin, split, single);
+  const PieceOut po = piece_out(p, req, split);
   // Accumulator index 4i + 2rr + e: query row 8i + 2t + e, dim 64 mt + 16 warp + 2r + rr (pv.cuh).
   const int dim0 = 64 * keep + 16 * warp + 2 * r;  // + 64 m
   char* at[2][2];  // row 8i + 2t + e's address, or null for a row past q_rows
@@ -143,13 +141,7 @@ __device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowSto
 #pragma unroll
     for (int ce = 0; ce < COLS_PER_THREAD; ++ce) {
       const int row = 8 * (ce / 2) + 2 * t + ce % 2;
-      if (row >= p.q_rows) continue;
-      if (single) {
-        const unsigned s = static_cast<unsigned>(row) / p.h_q, h = row - s * p.h_q;  // unsigned: a shorter division
-        p.lse[(static_cast<int64_t>(req) * p.h_q + h) * p.s_q + s] = empty[ce] ? INFINITY : lse2[ce] * LN2;  // (b, h_q, s_q)
-      } else {
-        p.lse_accum[static_cast<int64_t>(split_begin + split) * p.q_rows + row] = lse2[ce];  // (total_splits, q_rows)
-      }
+      if (row < p.q_rows) store_piece_lse(p, po, req, row, lse2[ce], empty[ce]);
     }
   }
 }
