@@ -150,7 +150,8 @@ def case_inputs(case: Case):
     return seqlens_cpu, block_table.cuda(), num_blocks, q
 
 
-def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_rounds: int = 2) -> H.Result:
+def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_rounds: int = 2,
+             ours_rounds: Optional[int] = None) -> H.Result:
     from snapmla_ext.decode_ops import flash_mla_with_kvcache, get_mla_metadata
 
     seqlens_cpu, block_table, num_blocks, q = case_inputs(case)
@@ -163,7 +164,9 @@ def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_ro
     # than in a run without it (b64 h128 16k, H200, 2026-12-01; docs/notes/2026-12-01-h200-d.md).
     # Each round is followed by the SM clock it left (harness.sm_clock_mhz): in the twelfth session's table our
     # second round ran up to 20 % slower than the first at h_q 64 / 128 while FlashMLA's two agreed within 3 %.
-    rounds = ab_rounds if fm is not None else 1
+    # ours_rounds (--ours-rounds) sets the count with or without FlashMLA: our rounds alone tell whether the
+    # spread between our rounds comes from the FlashMLA round between them (thirteenth session, Next steps b).
+    rounds = ours_rounds if ours_rounds is not None else (ab_rounds if fm is not None else 1)
     ours_rounds, baseline_rounds, ours_mhz, baseline_mhz = [], [], [], []
     for _ in range(rounds):
         ours_rounds.append(H.time_cold(fn))
@@ -230,12 +233,13 @@ def print_line(r) -> None:
             f"narrow {p['narrow_vs_wide']:.2f}x]" if p.get("wide_kernel_us") else "")
     pdl = (f"  [plain launch {p['plain_launch_us']:.1f} us, PDL {p['pdl_launch_us']:.1f} us, {p['pdl_speedup']:.3f}x]"
            if p.get("plain_launch_us") else "")
-    # Rounds, with the SM clock after each, when there is more than one (ours / FlashMLA).
+    # Rounds, with the SM clock after each, when there is more than one (ours, and FlashMLA's when measured).
     rounds = ""
-    if p.get("baseline_rounds_us") and len(p["ours_rounds_us"]) > 1:
+    if len(p["ours_rounds_us"]) > 1:
         side = lambda us, mhz: "/".join(f"{t:.1f}@{f:.0f}" for t, f in zip(us, mhz))  # noqa: E731
-        rounds = (f"  [rounds us@MHz: ours {side(p['ours_rounds_us'], p['ours_rounds_sm_mhz'])}, "
-                  f"FlashMLA {side(p['baseline_rounds_us'], p['baseline_rounds_sm_mhz'])}]")
+        theirs = (f", FlashMLA {side(p['baseline_rounds_us'], p['baseline_rounds_sm_mhz'])}"
+                  if p.get("baseline_rounds_us") else "")
+        rounds = f"  [rounds us@MHz: ours {side(p['ours_rounds_us'], p['ours_rounds_sm_mhz'])}{theirs}]"
     print(f"{r.name:<34} {r.us:10.1f} {p['tflops']:9.1f} {p['kv_gbps']:9.1f} {p['pct_roofline']:7.1f}%  {speed}{wide}{pdl}"
           f"{rounds}", flush=True)
 
@@ -291,6 +295,8 @@ def main() -> None:
                          "(e.g. b64_sq1_h16_sk32768 for ncu, sk8192,sk4096 for the small and short cases)")
     ap.add_argument("--ab-rounds", type=int, default=2, metavar="N",
                     help="with flash_mla importable: rounds of ours then FlashMLA per case, fastest of each (default 2)")
+    ap.add_argument("--ours-rounds", type=int, default=None, metavar="N",
+                    help="rounds of our call per case, with or without FlashMLA (default: --ab-rounds with it, 1 without)")
     ap.add_argument("--pdl-ab", action="store_true",
                     help="also time every case with plain launches (SNAPMLA_PDL=0) and PDL (=1), and report the ratio")
     args = ap.parse_args()
@@ -310,7 +316,8 @@ def main() -> None:
         cases = [c for c in ALL_CASES if any(s in c.name for s in args.cases.split(","))]
     results = []
     for c in cases:
-        results.append(run_case(c, fm, ceiling, H, pdl_ab=args.pdl_ab, ab_rounds=max(args.ab_rounds, 1)))
+        results.append(run_case(c, fm, ceiling, H, pdl_ab=args.pdl_ab, ab_rounds=max(args.ab_rounds, 1),
+                                ours_rounds=None if args.ours_rounds is None else max(args.ours_rounds, 1)))
         print_line(results[-1])
     dirs = [H.RESULTS_DIR] + ([args.out] if args.out else [])
     extra = {"copy_ceiling_gbps": ceiling, "baseline": "flash_mla measured" if fm else "docs/anchors.md"}

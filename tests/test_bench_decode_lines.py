@@ -29,9 +29,17 @@ def test_rounds_and_clocks_are_printed(bench, capsys):
     assert "1.50x (measured)" in line
 
 
-def test_one_round_or_no_baseline_prints_no_rounds(bench, capsys):
-    bench.print_line(_result(baseline_rounds_us=None, baseline_rounds_sm_mhz=None, speedup=None))
+def test_one_round_prints_no_rounds(bench, capsys):
     bench.print_line(_result(ours_rounds_us=[100.0], ours_rounds_sm_mhz=[1980.0], baseline_rounds_us=[150.0],
                              baseline_rounds_sm_mhz=[1980.0]))
+    bench.print_line(_result(ours_rounds_us=[100.0], ours_rounds_sm_mhz=[1980.0], baseline_rounds_us=None,
+                             baseline_rounds_sm_mhz=None, speedup=None))
     out = capsys.readouterr().out
     assert "rounds" not in out, out
+
+
+def test_our_rounds_alone_are_printed_without_flashmla(bench, capsys):
+    """--ours-rounds without FlashMLA: our rounds and clocks, no FlashMLA part."""
+    bench.print_line(_result(baseline_rounds_us=None, baseline_rounds_sm_mhz=None, speedup=None))
+    line = capsys.readouterr().out
+    assert "[rounds us@MHz: ours 100.0@1980/120.0@1710]" in line and "FlashMLA" not in line, line
