@@ -7,16 +7,17 @@
 // wait), thread 0 of each math warpgroup stamps each of its own blocks when the kv_full wait returns and when the
 // block is done (after its PV). Stamps are kept in local memory, up to BLOCK_TRACE_STAMPS per thread (the first
 // 128 blocks of the walk; ~24 lines per CTA, so the printf FIFO must exceed its 1 MB default at 264 CTAs:
-// scripts/trace_cta.py's child raises it to 64 MB), and printed at the end as lines of 16:
+// scripts/trace_cta.py's child raises it to 64 MB), and handed to trace_sink.cuh at the end, which prints
+// them after the kernel as lines of 16:
 //   blocktrace <kernel> <blockIdx.x> <blockIdx.y> <sm> <role> <base_ns> <first index> <d_0> ... <d_15>
 // (<role>: prod, math0, math1; d_i = stamp - base_ns, 0xffffffff unused). scripts/trace_blocks.py reads them.
 // The default build compiles the tracer to nothing (tests/test_sass.py checks the kernels read no clock).
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 
 #include "kernels/sm90/decode_fp8/trace_clock.cuh"
+#include "kernels/sm90/decode_fp8/trace_sink.cuh"
 
 namespace snapmla::sm90::decode_fp8 {
 
@@ -33,16 +34,21 @@ struct BlockTrace {
     if (!on || n >= BLOCK_TRACE_STAMPS) return;
     d[n++] = static_cast<uint32_t>(trace_globaltimer() - base);
   }
+  // Into trace_sink.cuh's buffer (printed after the kernel: a printf here serialised every WGMMA).
   __device__ __forceinline__ void print(const char* kernel, const char* role) const {
     if (!on) return;
     const unsigned sm = trace_smid();
     for (int i = 0; i < n; i += 16) {
-      uint32_t v[16];
-#pragma unroll
-      for (int k = 0; k < 16; ++k) v[k] = i + k < n ? d[i + k] : 0xffffffffu;
-      printf("blocktrace %s %d %d %u %s %llu %d %u %u %u %u %u %u %u %u %u %u %u %u %u %u %u %u\n", kernel, blockIdx.x,
-             blockIdx.y, sm, role, static_cast<unsigned long long>(base), i, v[0], v[1], v[2], v[3], v[4], v[5], v[6],
-             v[7], v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15]);
+      TraceLine* l = trace_line(TRACE_BLOCK_LINE);
+      if (l == nullptr) return;
+      l->kernel = trace_name_id(kernel);
+      l->role = trace_name_id(role);
+      l->bx = blockIdx.x;
+      l->by = blockIdx.y;
+      l->sm = sm;
+      l->base = base;
+      l->a = i;
+      for (int k = 0; k < 16; ++k) l->v[k] = i + k < n ? d[i + k] : 0xffffffffu;
     }
   }
 };

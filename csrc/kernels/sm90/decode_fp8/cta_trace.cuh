@@ -1,6 +1,7 @@
 // Debug build -DSNAPMLA_TRACE_CTA: when each CTA of a decode kernel starts, gets its first block, and ends each
 // piece, in global time (%globaltimer, ns). Thread 0 of math warpgroup 0 keeps up to CTA_TRACE_EVENTS stamps (in
-// local memory: the array is indexed by the running count) and prints one line per CTA when it is done:
+// local memory: the array is indexed by the running count) and hands one line per CTA to trace_sink.cuh
+// when it is done, printed after the kernel as:
 //   ctatrace <kernel> <blockIdx.x> <blockIdx.y> <sm> <pieces> <blocks> <t_0> <t_1> ...
 // (<sm>: %smid, the SM the CTA ran on, so that two calls tell whether the slow CTAs sit on the same SMs)
 // with the events in program order: math entry (after setmaxnreg and the PDL wait), first query tile ready,
@@ -11,10 +12,10 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 
 #include "kernels/sm90/decode_fp8/config.h"
 #include "kernels/sm90/decode_fp8/trace_clock.cuh"
+#include "kernels/sm90/decode_fp8/trace_sink.cuh"
 
 namespace snapmla::sm90::decode_fp8 {
 
@@ -40,16 +41,19 @@ struct CtaTimeline {
     ++pieces;
     blocks += n_blocks;
   }
+  // Into trace_sink.cuh's buffer (printed after the kernel: a printf here serialised every WGMMA).
   __device__ __forceinline__ void print(const char* kernel) const {
     if (!on) return;
-    // One printf with a fixed argument list: unused stamps print as 0.
-    uint64_t v[CTA_TRACE_EVENTS];
-#pragma unroll
-    for (int i = 0; i < CTA_TRACE_EVENTS; ++i) v[i] = i < n ? t[i] : 0;
-    const unsigned sm = trace_smid();
-    printf("ctatrace %s %d %d %u %d %d %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n", kernel,
-           blockIdx.x, blockIdx.y, sm, pieces, blocks, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9],
-           v[10], v[11]);
+    TraceLine* l = trace_line(TRACE_CTA_LINE);
+    if (l == nullptr) return;
+    l->kernel = trace_name_id(kernel);
+    l->bx = blockIdx.x;
+    l->by = blockIdx.y;
+    l->sm = trace_smid();
+    l->a = pieces;
+    l->b = blocks;
+    static_assert(CTA_TRACE_EVENTS <= 16, "TraceLine::v");
+    for (int i = 0; i < CTA_TRACE_EVENTS; ++i) l->v[i] = i < n ? t[i] : 0;  // unused stamps print as 0
   }
 };
 

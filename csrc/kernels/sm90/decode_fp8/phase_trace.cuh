@@ -1,15 +1,15 @@
 // Debug build -DSNAPMLA_TRACE_PHASES: where a wide-kernel math warpgroup's cycles go, per phase of its block loop
 // (mainloop.cuh run_math). Thread 0 of each math warpgroup adds clock() deltas into SharedStorage::trace (traits.h)
-// and, at the end of the kernel, CTAs (0, 0) and (0, gridDim.y / 2) print their totals and the per-own-block
-// means with printf. The default build compiles the timer to nothing (SASS unchanged, tests/test_sass.py).
+// and, at the end of the kernel, CTAs (0, 0) and (0, gridDim.y / 2) hand their totals to trace_sink.cuh, which
+// prints them with the per-own-block means after the kernel. The default build compiles the timer to nothing (SASS unchanged, tests/test_sass.py).
 // Run: a variant with this flag in scripts/bench_variants.sh (each variant builds from scratch in its own copy),
 // which runs bench/bench_decode.py; the v8 trace of docs/decode_kernel.md is the model.
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 
 #include "kernels/sm90/decode_fp8/config.h"
+#include "kernels/sm90/decode_fp8/trace_sink.cuh"
 #include "kernels/sm90/decode_fp8/traits.h"
 
 namespace snapmla::sm90::decode_fp8 {
@@ -53,16 +53,17 @@ struct PhaseTimer {
   __device__ __forceinline__ void count_block() {
     if (on) acc[TP_OWN_BLOCKS] += 1;
   }
+  // Into trace_sink.cuh's buffer (printed after the kernel: a printf here serialised every WGMMA).
   __device__ __forceinline__ void print(int wg) const {
     const bool traced_cta = blockIdx.x == 0 && (blockIdx.y == 0 || blockIdx.y == gridDim.y / 2);
     if (!on || !traced_cta) return;
-    const unsigned long long n = acc[TP_OWN_BLOCKS] > 0 ? acc[TP_OWN_BLOCKS] : 1;
-    printf("trace cta (%d, %d) wg %d: %llu own blocks; cycles per own block: wait_kv %llu qk %llu softmax_logits "
-           "%llu wait_handoff %llu softmax_publish %llu pv_prev %llu wait_own %llu pv_own %llu; per kernel: "
-           "piece_edges %llu epilogue %llu\n",
-           blockIdx.x, blockIdx.y, wg, acc[TP_OWN_BLOCKS], acc[TP_WAIT_KV] / n, acc[TP_QK] / n,
-           acc[TP_SOFTMAX_LOGITS] / n, acc[TP_WAIT_HANDOFF] / n, acc[TP_SOFTMAX_PUBLISH] / n, acc[TP_PV_PREV] / n,
-           acc[TP_WAIT_OWN] / n, acc[TP_PV_OWN] / n, acc[TP_PIECE_EDGES], acc[TP_EPILOGUE]);
+    TraceLine* l = trace_line(TRACE_PHASE_LINE);
+    if (l == nullptr) return;
+    l->bx = blockIdx.x;
+    l->by = blockIdx.y;
+    l->role = wg;
+    static_assert(TP_COUNT <= 16 && TP_OWN_BLOCKS == 10, "trace_sink.cuh prints v[0..10] in this order");
+    for (int i = 0; i < TP_COUNT; ++i) l->v[i] = acc[i];
   }
 };
 #define SNAPMLA_TRACE_BUFFER(ss, wg) ((ss).trace[wg])

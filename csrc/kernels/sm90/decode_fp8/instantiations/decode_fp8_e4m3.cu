@@ -50,6 +50,9 @@ void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream, const La
   const dim3 grid(num_m_tiles(params.q_rows), params.num_sm_parts);
   if (launch_first) launch_first();
   launch_pdl(kernel, grid, dim3(NUM_THREADS), SMEM_BYTES, stream, kp);
+#ifdef SNAPMLA_TRACE_SINK
+  launch_trace_print(stream);  // trace builds: the tracers' lines (trace_sink.cuh)
+#endif
 }
 
 }  // namespace snapmla::sm90::decode_fp8

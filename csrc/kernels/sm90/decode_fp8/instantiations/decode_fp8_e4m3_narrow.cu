@@ -21,6 +21,9 @@ void launch_decode_fp8_narrow(const DecodeParams& params, cudaStream_t stream, c
   const dim3 grid(1, params.num_sm_parts);
   if (launch_first) launch_first();
   launch_pdl(kernel, grid, dim3(NUM_THREADS), narrow::N_SMEM_BYTES, stream, kp);
+#ifdef SNAPMLA_TRACE_SINK
+  launch_trace_print(stream);  // trace builds: the tracers' lines (trace_sink.cuh)
+#endif
 }
 
 }  // namespace snapmla::sm90::decode_fp8
