@@ -151,7 +151,7 @@ def case_inputs(case: Case):
 
 
 def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_rounds: int = 2,
-             ours_rounds: Optional[int] = None) -> H.Result:
+             ours_round_count: Optional[int] = None, alloc_between: bool = False) -> H.Result:
     from snapmla_ext.decode_ops import flash_mla_with_kvcache, get_mla_metadata
 
     seqlens_cpu, block_table, num_blocks, q = case_inputs(case)
@@ -164,9 +164,11 @@ def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_ro
     # than in a run without it (b64 h128 16k, H200, 2026-12-01; docs/notes/2026-12-01-h200-d.md).
     # Each round is followed by the SM clock it left (harness.sm_clock_mhz): in the twelfth session's table our
     # second round ran up to 20 % slower than the first at h_q 64 / 128 while FlashMLA's two agreed within 3 %.
-    # ours_rounds (--ours-rounds) sets the count with or without FlashMLA: our rounds alone tell whether the
-    # spread between our rounds comes from the FlashMLA round between them (thirteenth session, Next steps b).
-    rounds = ours_rounds if ours_rounds is not None else (ab_rounds if fm is not None else 1)
+    # ours_round_count (--ours-rounds) sets the count with or without FlashMLA: our rounds alone tell whether
+    # the spread between our rounds comes from the FlashMLA round between them (thirteenth session, Next steps
+    # b). alloc_between (--alloc-between-rounds, without FlashMLA): FlashMLA's allocation of its BF16 cache, and
+    # the emptied cache after it, between our rounds without its kernel, to tell the allocation from the kernel.
+    rounds = ours_round_count if ours_round_count is not None else (ab_rounds if fm is not None else 1)
     ours_rounds, baseline_rounds, ours_mhz, baseline_mhz = [], [], [], []
     for _ in range(rounds):
         ours_rounds.append(H.time_cold(fn))
@@ -174,6 +176,10 @@ def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_ro
         if fm is not None:
             baseline_rounds.append(time_flash_mla(fm, case, q, block_table, seqlens, num_blocks, H))
             baseline_mhz.append(H.sm_clock_mhz())
+            torch.cuda.empty_cache()
+        elif alloc_between:
+            k_cache = torch.randn(num_blocks, L.PAGE_BLOCK_SIZE, 1, L.D_QK, device="cuda", dtype=torch.bfloat16)
+            del k_cache
             torch.cuda.empty_cache()
     us = min(ours_rounds)
     # q_rows <= 16: the call above let the launcher choose (launch.h use_narrow); both kernels are also timed
@@ -297,6 +303,8 @@ def main() -> None:
                     help="with flash_mla importable: rounds of ours then FlashMLA per case, fastest of each (default 2)")
     ap.add_argument("--ours-rounds", type=int, default=None, metavar="N",
                     help="rounds of our call per case, with or without FlashMLA (default: --ab-rounds with it, 1 without)")
+    ap.add_argument("--alloc-between-rounds", action="store_true",
+                    help="without FlashMLA: allocate and free its BF16 cache between our rounds (no FlashMLA kernel)")
     ap.add_argument("--pdl-ab", action="store_true",
                     help="also time every case with plain launches (SNAPMLA_PDL=0) and PDL (=1), and report the ratio")
     args = ap.parse_args()
@@ -317,7 +325,8 @@ def main() -> None:
     results = []
     for c in cases:
         results.append(run_case(c, fm, ceiling, H, pdl_ab=args.pdl_ab, ab_rounds=max(args.ab_rounds, 1),
-                                ours_rounds=None if args.ours_rounds is None else max(args.ours_rounds, 1)))
+                                ours_round_count=None if args.ours_rounds is None else max(args.ours_rounds, 1),
+                                alloc_between=args.alloc_between_rounds))
         print_line(results[-1])
     dirs = [H.RESULTS_DIR] + ([args.out] if args.out else [])
     extra = {"copy_ceiling_gbps": ceiling, "baseline": "flash_mla measured" if fm else "docs/anchors.md"}
