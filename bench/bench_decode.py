@@ -302,7 +302,8 @@ def main() -> None:
     ap.add_argument("--ab-rounds", type=int, default=2, metavar="N",
                     help="with flash_mla importable: rounds of ours then FlashMLA per case, fastest of each (default 2)")
     ap.add_argument("--ours-rounds", type=int, default=None, metavar="N",
-                    help="rounds of our call per case, with or without FlashMLA (default: --ab-rounds with it, 1 without)")
+                    help="rounds of our call per case, with or without FlashMLA "
+                         "(default: --ab-rounds with it, 1 without)")
     ap.add_argument("--alloc-between-rounds", action="store_true",
                     help="without FlashMLA: allocate and free its BF16 cache between our rounds (no FlashMLA kernel)")
     ap.add_argument("--pdl-ab", action="store_true",

@@ -1,7 +1,8 @@
 // Debug build -DSNAPMLA_TRACE_PHASES: where a wide-kernel math warpgroup's cycles go, per phase of its block loop
 // (mainloop.cuh run_math). Thread 0 of each math warpgroup adds clock() deltas into SharedStorage::trace (traits.h)
 // and, at the end of the kernel, CTAs (0, 0) and (0, gridDim.y / 2) hand their totals to trace_sink.cuh, which
-// prints them with the per-own-block means after the kernel. The default build compiles the timer to nothing (SASS unchanged, tests/test_sass.py).
+// prints them with the per-own-block means after the kernel. The default build compiles the timer to nothing
+// (SASS unchanged, tests/test_sass.py).
 // Run: a variant with this flag in scripts/bench_variants.sh (each variant builds from scratch in its own copy),
 // which runs bench/bench_decode.py; the v8 trace of docs/decode_kernel.md is the model.
 #pragma once

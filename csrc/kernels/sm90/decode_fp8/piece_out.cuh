@@ -30,8 +30,9 @@ __device__ __forceinline__ PieceOut piece_out(const DecodeParams& p, int req, in
   const int split_begin = p.num_splits[req];
   const bool single = p.num_splits[req + 1] - split_begin == 1;
   const int64_t slab_row0 = static_cast<int64_t>(split_begin + split) * p.q_rows;  // (total_splits, q_rows)
-  char* const slab = single ? reinterpret_cast<char*>(p.out + static_cast<int64_t>(req) * p.q_rows * D_V)  // (b, q_rows, 512)
-                            : reinterpret_cast<char*>(p.o_accum + slab_row0 * D_V);  // (total_splits, q_rows, 512)
+  // p.out (b, q_rows, 512) bf16 for a single piece, else p.o_accum (total_splits, q_rows, 512) fp32.
+  char* const slab = single ? reinterpret_cast<char*>(p.out + static_cast<int64_t>(req) * p.q_rows * D_V)
+                            : reinterpret_cast<char*>(p.o_accum + slab_row0 * D_V);
   return PieceOut{slab, single ? nullptr : p.lse_accum + slab_row0, single};
 }
 

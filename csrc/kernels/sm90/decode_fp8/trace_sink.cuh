@@ -89,11 +89,11 @@ static __global__ void snapmla_trace_print_kernel() {
              trace_name(l.kernel), l.bx, l.by, l.sm, l.a, l.b, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8],
              v[9], v[10], v[11]);
     } else {
-      printf("blocktrace %s %d %d %u %s %llu %d %u %u %u %u %u %u %u %u %u %u %u %u %u %u %u %u\n", trace_name(l.kernel),
-             l.bx, l.by, l.sm, trace_name(l.role), l.base, l.a, unsigned(v[0]), unsigned(v[1]), unsigned(v[2]),
-             unsigned(v[3]), unsigned(v[4]), unsigned(v[5]), unsigned(v[6]), unsigned(v[7]), unsigned(v[8]),
-             unsigned(v[9]), unsigned(v[10]), unsigned(v[11]), unsigned(v[12]), unsigned(v[13]), unsigned(v[14]),
-             unsigned(v[15]));
+      printf("blocktrace %s %d %d %u %s %llu %d %u %u %u %u %u %u %u %u %u %u %u %u %u %u %u %u\n",
+             trace_name(l.kernel), l.bx, l.by, l.sm, trace_name(l.role), l.base, l.a, unsigned(v[0]), unsigned(v[1]),
+             unsigned(v[2]), unsigned(v[3]), unsigned(v[4]), unsigned(v[5]), unsigned(v[6]), unsigned(v[7]),
+             unsigned(v[8]), unsigned(v[9]), unsigned(v[10]), unsigned(v[11]), unsigned(v[12]), unsigned(v[13]),
+             unsigned(v[14]), unsigned(v[15]));
     }
   }
   if (g_trace_count > TRACE_LINES) printf("trace lines dropped: %u\n", g_trace_count - TRACE_LINES);
