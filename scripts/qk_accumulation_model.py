@@ -97,15 +97,21 @@ def qk_accumulated(qc, qr, kc, kr, group: int = CONTENT_STEPS) -> torch.Tensor:
     return total
 
 
+def _lse_of(q: torch.Tensor, kv: torch.Tensor, softmax_scale: float, group: int, quantize):
+    """(the model's lse, the lse of the exact dot products of the same quantized values) per query row, with
+    quantize(x) -> (e4m3 content, bf16 part, scale) applied to q and kv alike."""
+    qc, qb, qs = (t.double() for t in quantize(q))
+    kc, kb, ks = (t.double() for t in quantize(kv))
+    logit_mul = qs[:, None] * ks[None, :] * softmax_scale
+    model = torch.logsumexp(qk_accumulated(qc, qb, kc, kb, group) * logit_mul, dim=1)
+    return model, torch.logsumexp((qc @ kc.T + qb @ kb.T) * logit_mul, dim=1)
+
+
 def lse_error(q: torch.Tensor, kv: torch.Tensor, softmax_scale: float, group: int = CONTENT_STEPS) -> torch.Tensor:
     """Signed lse error (nats) per query row of q (R, 576) against kv (T, 576), both bf16, quantized as the
     cache and Fused-Q-Quant do: the model's accumulation against the exact dot products of the same values."""
-    qc, qr, qs = (t.double() for t in quantize_rows(q))
-    kc, kr, ks = (t.double() for t in quantize_rows(kv))
-    logit_mul = qs[:, None] * ks[None, :] * softmax_scale
-    exact = qc @ kc.T + qr @ kr.T
-    model = qk_accumulated(qc, qr, kc, kr, group)
-    return torch.logsumexp(model * logit_mul, dim=1) - torch.logsumexp(exact * logit_mul, dim=1)
+    model, exact = _lse_of(q, kv, softmax_scale, group, quantize_rows)
+    return model - exact
 
 
 def outlier_channels(kv: torch.Tensor, k: int) -> torch.Tensor:
@@ -141,11 +147,7 @@ def outlier_format_errors(q: torch.Tensor, kv: torch.Tensor, softmax_scale: floa
     which is what SPEC's 1e-3 is about; the model against float64 attention on the unquantized bf16 inputs,
     which adds the quantization error)."""
     outl = outlier_channels(kv, k)
-    qc, qb, qs = (t.double() for t in quantize_rows_split(q, outl))
-    kc, kb, ks = (t.double() for t in quantize_rows_split(kv, outl))
-    logit_mul = qs[:, None] * ks[None, :] * softmax_scale
-    lse_model = torch.logsumexp(qk_accumulated(qc, qb, kc, kb, group) * logit_mul, dim=1)
-    lse_same = torch.logsumexp((qc @ kc.T + qb @ kb.T) * logit_mul, dim=1)
+    lse_model, lse_same = _lse_of(q, kv, softmax_scale, group, lambda x: quantize_rows_split(x, outl))
     lse_fp64 = torch.logsumexp(q.double() @ kv.double().T * softmax_scale, dim=1)
     return lse_model - lse_same, lse_model - lse_fp64
 

@@ -4,26 +4,19 @@ something else than the kernels' issue patterns (the first mixed test of wgmma_r
 The probe wgmma_fp8_accumulation.cu has its own test (test_qk_accumulation_model.py)."""
 
 import os
-import shutil
 import subprocess
 
 import pytest
 
+from utils.cuda_tools import nvcc_or_skip
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _nvcc():
-    nvcc = shutil.which("nvcc") or (os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
-                                   if os.environ.get("CUDA_HOME") else None)
-    if not nvcc or not os.path.exists(nvcc):
-        pytest.skip("nvcc not found")
-    return nvcc
 
 
 @pytest.mark.parametrize("name", ["wgmma_rate.cu", "wgmma_pv_ring.cu"])
 def test_microbench_compiles_without_serialised_wgmma(tmp_path, name):
     src = os.path.join(ROOT, "scripts", "microbench", name)
-    cmd = [_nvcc(), "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-I", os.path.join(ROOT, "csrc"),
+    cmd = [nvcc_or_skip(), "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-I", os.path.join(ROOT, "csrc"),
            "-Xptxas", "-v", "-o", str(tmp_path / "bench"), src]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]

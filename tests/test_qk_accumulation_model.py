@@ -3,7 +3,6 @@ reproduces the two lse errors measured on the H200 (the reason for its predictio
 
 import os
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -11,6 +10,7 @@ import torch
 
 from snapmla_ext import layout as L
 from snapmla_ext.numerics.data import SyntheticConfig, synthetic_layer
+from utils.cuda_tools import nvcc_or_skip
 from utils.scripts import script_module
 
 
@@ -146,11 +146,7 @@ def test_gpu_probe_expects_what_the_model_says(model):
 
 
 def test_gpu_probe_compiles(tmp_path):
-    nvcc = shutil.which("nvcc") or (os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
-                                   if os.environ.get("CUDA_HOME") else None)
-    if not nvcc or not os.path.exists(nvcc):
-        pytest.skip("nvcc not found")
-    cmd = [nvcc, "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a", "-O2", "-I", os.path.join(ROOT, "csrc"),
+    cmd = [nvcc_or_skip(), "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a", "-O2", "-I", os.path.join(ROOT, "csrc"),
            "-o", str(tmp_path / "probe"), PROBE]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]

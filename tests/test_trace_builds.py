@@ -13,6 +13,7 @@ import subprocess
 
 import pytest
 
+from utils.cuda_tools import nvcc_or_skip
 from utils.scripts import script_module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,9 +22,7 @@ INST = "csrc/kernels/sm90/decode_fp8/instantiations"
 
 def _tools():
     """cuobjdump (as scripts/sass_sizes.py finds it: PATH, CUDA_HOME or the pip package), or None."""
-    cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
-    if not (shutil.which("nvcc") or os.path.exists(os.path.join(cuda, "bin", "nvcc"))):
-        pytest.skip("nvcc not found")
+    nvcc_or_skip()
     with script_module("sass_sizes") as sizes:
         return sizes.find_tool("cuobjdump")
 

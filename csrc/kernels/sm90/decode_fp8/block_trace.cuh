@@ -37,15 +37,11 @@ struct BlockTrace {
   // Into trace_sink.cuh's buffer (printed after the kernel: a printf here serialised every WGMMA).
   __device__ __forceinline__ void print(const char* kernel, const char* role) const {
     if (!on) return;
-    const unsigned sm = trace_smid();
     for (int i = 0; i < n; i += 16) {
       TraceLine* l = trace_line(TRACE_BLOCK_LINE);
       if (l == nullptr) return;
       l->kernel = trace_name_id(kernel);
       l->role = trace_name_id(role);
-      l->bx = blockIdx.x;
-      l->by = blockIdx.y;
-      l->sm = sm;
       l->base = base;
       l->a = i;
       for (int k = 0; k < 16; ++k) l->v[k] = i + k < n ? d[i + k] : 0xffffffffu;

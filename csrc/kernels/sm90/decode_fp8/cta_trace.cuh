@@ -47,9 +47,6 @@ struct CtaTimeline {
     TraceLine* l = trace_line(TRACE_CTA_LINE);
     if (l == nullptr) return;
     l->kernel = trace_name_id(kernel);
-    l->bx = blockIdx.x;
-    l->by = blockIdx.y;
-    l->sm = trace_smid();
     l->a = pieces;
     l->b = blocks;
     static_assert(CTA_TRACE_EVENTS <= 16, "TraceLine::v");

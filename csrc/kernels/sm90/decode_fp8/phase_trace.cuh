@@ -60,8 +60,6 @@ struct PhaseTimer {
     if (!on || !traced_cta) return;
     TraceLine* l = trace_line(TRACE_PHASE_LINE);
     if (l == nullptr) return;
-    l->bx = blockIdx.x;
-    l->by = blockIdx.y;
     l->role = wg;
     static_assert(TP_COUNT <= 16 && TP_OWN_BLOCKS == 10, "trace_sink.cuh prints v[0..10] in this order");
     for (int i = 0; i < TP_COUNT; ++i) l->v[i] = acc[i];

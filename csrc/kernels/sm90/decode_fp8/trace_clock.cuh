@@ -1,5 +1,5 @@
-// Debug tracers' readings (cta_trace.cuh, block_trace.cuh; compiled in only with -DSNAPMLA_TRACE_CTA or
-// -DSNAPMLA_TRACE_BLOCKS): the global timer, in ns and comparable across SMs, and the SM a CTA runs on.
+// Debug tracers' readings (cta_trace.cuh, block_trace.cuh, trace_sink.cuh; compiled in only with a trace flag):
+// the global timer, in ns and comparable across SMs, and the SM a CTA runs on.
 #pragma once
 
 #include <cstdint>

@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "kernels/sm90/decode_fp8/trace_clock.cuh"
+
 namespace snapmla::sm90::decode_fp8 {
 
 enum TraceKind : int { TRACE_PHASE_LINE = 0, TRACE_CTA_LINE = 1, TRACE_BLOCK_LINE = 2 };
@@ -42,12 +44,17 @@ inline constexpr unsigned TRACE_LINES = 16384;
 static __device__ TraceLine g_trace_lines[TRACE_LINES];
 static __device__ unsigned g_trace_count;
 
-// A line to fill in, or nullptr when the buffer is full (counted, and reported by the print kernel).
+// A line with its kind, the CTA and its SM filled in, for the caller to fill the rest; nullptr when the buffer is
+// full (counted, and reported by the print kernel).
 __device__ __forceinline__ TraceLine* trace_line(int kind) {
   const unsigned i = atomicAdd(&g_trace_count, 1u);
   if (i >= TRACE_LINES) return nullptr;
-  g_trace_lines[i].kind = kind;
-  return &g_trace_lines[i];
+  TraceLine* l = &g_trace_lines[i];
+  l->kind = kind;
+  l->bx = blockIdx.x;
+  l->by = blockIdx.y;
+  l->sm = trace_smid();
+  return l;
 }
 
 // The tracers' call sites name kernels and roles by string ("wide", "narrow", "any"; "prod", "math0", "math1").
