@@ -32,7 +32,7 @@ inline constexpr int Q_TX_BYTES = CONTENT_TILES * Q_TILE_BYTES + ROWS * D_ROPE *
 // P^T of a block: 16 rows x 64 tokens e4m3, K-major Swizzle-64B (row c at 64 c, 16-B chunk XOR (c >> 1) & 3).
 inline constexpr int PT_BYTES = ROWS * BLOCK_N;  // 1024
 
-// Registers: math O^T 64 + S^T 4 chains x 8 during the QK (8 after their sum) + two PV waves 64 + per-column
+// Registers: math O^T 64 + S^T 8 chains x 8 during the QK (8 after their sum) + two PV waves 64 + per-column
 // state; the producer is one TMA thread.
 inline constexpr int N_MATH_REGS = 232;
 inline constexpr int N_PRODUCER_REGS = 40;

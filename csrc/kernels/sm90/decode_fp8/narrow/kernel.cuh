@@ -5,8 +5,8 @@
 //
 // Here the query rows are the WGMMA N dimension of both GEMMs ("swap AB"):
 //   S^T (64 tokens x 16 rows) = K8 . Q8^T + K_rope . Q_rope^T: 16 QGMMA m64n16k32 + 4 HGMMA m64n16k16, A = the
-//     page's content / RoPE tiles as TMA left them, B = the 16-row query tile; the 16 FP8 k-steps in 4 fresh
-//     accumulator chains of 4, summed in fp32 (qk_softmax.cuh issue_qk_t says why);
+//     page's content / RoPE tiles as TMA left them, B = the 16-row query tile; the 16 FP8 k-steps in 8 fresh
+//     accumulator chains of 2, summed in fp32 (qk_softmax.cuh issue_qk_t says why);
 //   O^T (512 dims x 16 rows) += V^T . P^T: 16 QGMMA m64n16k32, A = V^T built in registers by ldmatrix.trans from
 //     the page's content tiles, B = P^T (1 KB) in shared memory (pv.cuh).
 // Each math warpgroup holds all of O^T (64 fp32 per thread), so the two need not exchange P or state per block:
@@ -69,8 +69,8 @@ __device__ __forceinline__ void own_block(NarrowStorage& ss, int wg, int warp, i
   for (int c = 0; c < QK_CHAINS; ++c) wgmma_fence_operands(sc[c]);
 #pragma unroll
   for (int k = 0; k < ACC; ++k) {
-    static_assert(QK_CHAINS == 4, "the pairwise sum below");
-    s[k] = (sc[0][k] + sc[1][k]) + (sc[2][k] + sc[3][k]);
+    static_assert(QK_CHAINS == 8, "the pairwise sum below");
+    s[k] = ((sc[0][k] + sc[1][k]) + (sc[2][k] + sc[3][k])) + ((sc[4][k] + sc[5][k]) + (sc[6][k] + sc[7][k]));
   }
   // The stage's last reads (ldmatrix of V^T, the k scales, the QK operands) are done: release it, without a
   // proxy fence (mbarrier.cuh release_stage says why).
