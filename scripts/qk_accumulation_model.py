@@ -82,7 +82,7 @@ def mma_step(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, frac_bits: int, 
 def qk_accumulated(qc, qr, kc, kr, group: int = CONTENT_STEPS) -> torch.Tensor:
     """QK (R, T) as the kernel's tensor cores give it: qc (R, 512) / kc (T, 512) e4m3 values, qr (R, 64) / kr
     (T, 64) bf16 values, all float64. group: content k-steps per accumulator chain (16 = one chain, as the
-    kernels today; docs/experiments/narrow_qk_promotion.patch is 4)."""
+    kernels before 97993be; the wide kernel runs 8, the narrow one 2)."""
     total = None
     for g0 in range(0, CONTENT_STEPS, group):
         c = torch.zeros(qc.shape[0], kc.shape[0], dtype=torch.float64)
