@@ -1,6 +1,7 @@
-"""The WGMMA microbenchmarks of scripts/microbench/ compile for sm_90a (CPU; nvcc only), and ptxas keeps their
-WGMMAs as written: a microbenchmark whose WGMMAs ptxas serialised (C7520) or fenced (C7519) would time
+"""The microbenchmarks of scripts/microbench/ compile for sm_90a (CPU; nvcc only) without spills, and ptxas keeps
+their WGMMAs as written: a microbenchmark whose WGMMAs ptxas serialised (C7520) or fenced (C7519) would time
 something else than the kernels' issue patterns (the first mixed test of wgmma_rate.cu did, 2026-12-01).
+cluster_handoff.cu (no WGMMA: the cluster hand-off and multicast streaming) is held to the same build.
 The probe wgmma_fp8_accumulation.cu has its own test (test_qk_accumulation_model.py)."""
 
 import os
@@ -13,7 +14,7 @@ from utils.cuda_tools import nvcc_or_skip
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.parametrize("name", ["wgmma_rate.cu", "wgmma_pv_ring.cu"])
+@pytest.mark.parametrize("name", ["wgmma_rate.cu", "wgmma_pv_ring.cu", "cluster_handoff.cu"])
 def test_microbench_compiles_without_serialised_wgmma(tmp_path, name):
     src = os.path.join(ROOT, "scripts", "microbench", name)
     cmd = [nvcc_or_skip(), "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-I", os.path.join(ROOT, "csrc"),
