@@ -3,12 +3,15 @@
 //
 //   A. hand-off latency between the two CTAs of a cluster: a ping-pong in which one CTA's 128 threads store a
 //      payload into the peer's shared memory and the peer waits for it on its own mbarrier, then answers the
-//      same way. Two ways to send, each at 3 payload sizes (16 B from one thread: latency alone; 2 KB; 6 KB ~
-//      a block's P^T 4 KB + its state and scales):
-//        st.async:  st.async.shared::cluster...complete_tx::bytes (the bytes count on the peer's barrier,
-//                   which its own thread 0 armed with arrive.expect_tx);
-//        st+arrive: st.shared::cluster, then mbarrier.arrive.release.cluster on the peer's barrier (128
-//                   arrivals).
+//      same way. Three ways to send, each at 3 payload sizes (16 B from one thread: latency alone; 2 KB; 6 KB
+//      ~ a block's P^T 4 KB + its state and scales):
+//        st.async:   st.async.shared::cluster...complete_tx::bytes (the bytes count on the peer's barrier,
+//                    which its own thread 0 armed with arrive.expect_tx);
+//        st+arrive:  st.shared::cluster, then mbarrier.arrive.release.cluster on the peer's barrier by every
+//                    thread (128 arrivals; on sm_90 each release is a MEMBAR.GPU);
+//        st+warp:    the same stores, __syncwarp, one release arrival per warp (4 arrivals).
+//      Each CTA asks for 120 KB of shared memory so that an SM holds one of them; the run prints on how many
+//      SMs the CTAs ran and how many pairs shared an SM (a same-SM pair would not measure a hop between SMs).
 //      Cycles per one-way hop (store, the peer's wait, its __syncthreads), over 66 pairs running at once (every
 //      SM busy), min / median / max.
 //   B. page streaming with TMA multicast: each CTA keeps 4 pages of 41216 B in flight through a ring of
@@ -16,11 +19,13 @@
 //        unicast:   132 CTAs, each reads its own pages;
 //        multicast: 66 pairs, each page read once and delivered into both CTAs of its pair
 //                   (cp.async.bulk ... .multicast::cluster), each CTA arriving on the issuer's empty barrier.
-//      Time, distinct bytes read per second, and bytes delivered into shared memory per second.
+//      Time, distinct bytes read per second, and bytes delivered into shared memory per second. A pair keeps 4
+//      distinct pages in flight, half of what 2 unicast CTAs keep: that is the depth a 2-CTA decode kernel
+//      with today's 4 stages would have, so a lower read rate there is the design's, not multicast's alone.
 // No extension, no torch: plain nvcc.
 //   build: nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -I csrc -o /tmp/cluster_handoff \
 //            scripts/microbench/cluster_handoff.cu
-//   run:   /tmp/cluster_handoff
+//   run:   timeout 300 /tmp/cluster_handoff   (stdout unbuffered: what ran before a hang is kept)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -74,6 +79,16 @@ __device__ __forceinline__ void st_cluster_v4(uint32_t remote_addr, const uint32
 __device__ __forceinline__ void arrive_remote(uint32_t remote_bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote_bar) : "memory");
 }
+// Remote arrival without release semantics (CUTLASS ClusterBarrier::arrive(cta_id)'s form): for an "empty"
+// barrier, where only a read-then-overwrite order is needed (mbarrier.cuh release_stage); no MEMBAR.GPU.
+__device__ __forceinline__ void arrive_remote_relaxed(uint32_t remote_bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote_bar) : "memory");
+}
+__device__ __forceinline__ uint32_t sm_id() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(r));
+  return r;
+}
 __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
                "l"(src), "r"(bytes), "r"(bar)
@@ -92,23 +107,25 @@ __device__ __forceinline__ void bulk_load_multicast(uint32_t dst, const void* sr
 constexpr int HANDOFF_THREADS = 128;
 constexpr int MAX_VECS = 3;  // 16-B stores per thread: 6 KB per message at most
 constexpr int ITERS = 2000;
+constexpr int HANDOFF_PAD_BYTES = 120 * 1024;  // dynamic shared memory per CTA: one CTA per SM
 
 struct HandoffSmem {
   alignas(16) uint32_t inbox[MAX_VECS][HANDOFF_THREADS][4];  // [vec][thread]: a warp's v4 stores hit 32 banks
   uint64_t full;                                            // this CTA's inbox holds the peer's message
 };
 
-// MODE 0: st.async with complete_tx; MODE 1: st.shared::cluster + remote release arrivals.
-// vecs = 0: one thread sends 16 B (latency alone).
+// MODE 0: st.async with complete_tx; MODE 1: st.shared::cluster + a release arrival per thread; MODE 2: the
+// same stores + a release arrival per warp after __syncwarp. vecs = 0: one thread sends 16 B (latency alone).
 template <int MODE>
-__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(HANDOFF_THREADS) handoff_kernel(int vecs, long long* out) {
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(HANDOFF_THREADS)
+    handoff_kernel(int vecs, long long* out, uint32_t* sm_of) {
   __shared__ HandoffSmem ss;
   const uint32_t rank = cluster_rank(), peer = rank ^ 1;
   const int tid = threadIdx.x;
   const int senders = vecs == 0 ? 1 : HANDOFF_THREADS;
   const uint32_t msg_bytes = vecs == 0 ? 16 : 16u * vecs * HANDOFF_THREADS;
   if (tid == 0) {
-    mbarrier_init(&ss.full, MODE == 0 ? 1 : senders);
+    mbarrier_init(&ss.full, MODE == 0 ? 1 : MODE == 1 ? senders : (senders + 31) / 32);
     fence_barrier_init();
   }
   cluster_sync();
@@ -130,6 +147,11 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(HANDOFF_THREADS) han
     }
     if (MODE == 1) arrive_remote(peer_bar);
   };
+  auto send_warp_arrival = [&] {  // MODE 2, after send(): the warp's stores, then one release by lane 0
+    if (MODE != 2 || tid >= senders) return;
+    __syncwarp(senders == 1 ? 1u : 0xffffffffu);
+    if (tid % 32 == 0) arrive_remote(peer_bar);
+  };
   auto receive = [&](int phase) {
     wait_cluster(&ss.full, phase & 1);
     v[2] += ss.inbox[0][tid % (vecs == 0 ? 1 : HANDOFF_THREADS)][2] + 1;  // consume the message
@@ -141,19 +163,22 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(HANDOFF_THREADS) han
   for (int it = 0; it < ITERS; ++it) {
     if (rank == 0) {
       send();
+      send_warp_arrival();
       receive(it);
       arm();
     } else {
       receive(it);
       arm();
-      __syncthreads();  // every thread has read the inbox before the answer may overwrite the peer's
+      __syncthreads();  // every thread has read the inbox before this answer lets the peer send the next message
       send();
+      send_warp_arrival();
     }
     __syncthreads();
   }
   long long t1 = clock64();
   if (tid == 0 && rank == 0) out[blockIdx.x / 2] = (t1 - t0) / (2LL * ITERS);
   if (v[2] == 0xffffffffu) out[0] = -1;  // keep the consumption
+  if (tid == 0) sm_of[blockIdx.x] = sm_id();
   cluster_sync();  // no CTA leaves while its peer may still write into its shared memory
 }
 
@@ -219,7 +244,7 @@ __device__ void stream_pages(StreamSmem& ss, const uint8_t* pages, int stream, u
       mbarrier_wait(&ss.full[s], (c / STAGES) & 1);
       acc += ss.stage[s][(c * 97) % PAGE_BYTES];
       if (MULTICAST)
-        arrive_remote(map_to_rank(smem_u32(&ss.empty[s]), 0));
+        arrive_remote_relaxed(map_to_rank(smem_u32(&ss.empty[s]), 0));
       else
         mbarrier_arrive(&ss.empty[s]);
     }
@@ -234,19 +259,34 @@ void check(cudaError_t e, const char* what) {
   }
 }
 
-void run_handoff(int mode, int vecs, int pairs, long long* d_out) {
-  if (mode == 0)
-    handoff_kernel<0><<<2 * pairs, HANDOFF_THREADS>>>(vecs, d_out);
-  else
-    handoff_kernel<1><<<2 * pairs, HANDOFF_THREADS>>>(vecs, d_out);
+template <int MODE>
+void launch_handoff(int vecs, int pairs, long long* d_out, uint32_t* d_sm) {
+  check(cudaFuncSetAttribute(handoff_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, HANDOFF_PAD_BYTES),
+        "handoff attr");
+  handoff_kernel<MODE><<<2 * pairs, HANDOFF_THREADS, HANDOFF_PAD_BYTES>>>(vecs, d_out, d_sm);
+}
+
+void run_handoff(int mode, int vecs, int pairs, long long* d_out, uint32_t* d_sm) {
+  if (mode == 0) launch_handoff<0>(vecs, pairs, d_out, d_sm);
+  if (mode == 1) launch_handoff<1>(vecs, pairs, d_out, d_sm);
+  if (mode == 2) launch_handoff<2>(vecs, pairs, d_out, d_sm);
   check(cudaGetLastError(), "handoff launch");
   check(cudaDeviceSynchronize(), "handoff run");
   std::vector<long long> h(pairs);
+  std::vector<uint32_t> sm(2 * pairs);
   check(cudaMemcpy(h.data(), d_out, pairs * sizeof(long long), cudaMemcpyDeviceToHost), "copy");
+  check(cudaMemcpy(sm.data(), d_sm, 2 * pairs * sizeof(uint32_t), cudaMemcpyDeviceToHost), "copy");
+  int same_sm = 0;
+  for (int p = 0; p < pairs; ++p) same_sm += sm[2 * p] == sm[2 * p + 1];
+  std::vector<uint32_t> distinct(sm);
+  std::sort(distinct.begin(), distinct.end());
+  const int n_sms = static_cast<int>(std::unique(distinct.begin(), distinct.end()) - distinct.begin());
   std::sort(h.begin(), h.end());
   const int bytes = vecs == 0 ? 16 : 16 * vecs * HANDOFF_THREADS;
-  std::printf("hand-off %-9s %5d B: cycles per one-way hop min / median / max %lld / %lld / %lld\n",
-              mode == 0 ? "st.async" : "st+arrive", bytes, h.front(), h[h.size() / 2], h.back());
+  const char* names[3] = {"st.async", "st+arrive", "st+warp"};
+  std::printf("hand-off %-9s %5d B: cycles per one-way hop min / median / max %lld / %lld / %lld "
+              "(%d SMs, %d same-SM pairs)\n",
+              names[mode], bytes, h.front(), h[h.size() / 2], h.back(), n_sms, same_sm);
 }
 
 float run_stream(bool multicast, int streams, const uint8_t* d_pages, unsigned long long* d_sink) {
@@ -254,21 +294,26 @@ float run_stream(bool multicast, int streams, const uint8_t* d_pages, unsigned l
   cudaEvent_t a, b;
   check(cudaEventCreate(&a), "event");
   check(cudaEventCreate(&b), "event");
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 2;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.gridDim = dim3(2 * streams);
+  cfg.blockDim = dim3(32);
+  cfg.dynamicSmemBytes = smem;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (multicast) {
+    int clusters = 0;
+    check(cudaOccupancyMaxActiveClusters(&clusters, stream_kernel<true>, &cfg), "occupancy");
+    std::printf("multicast: %d of %d clusters can be resident at once\n", clusters, streams);
+  }
   float best = 1e30f;
   for (int rep = 0; rep < 5; ++rep) {
     check(cudaEventRecord(a), "record");
     if (multicast) {
-      cudaLaunchConfig_t cfg = {};
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = 2;
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      cfg.gridDim = dim3(2 * streams);
-      cfg.blockDim = dim3(32);
-      cfg.dynamicSmemBytes = smem;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
       check(cudaLaunchKernelEx(&cfg, stream_kernel<true>, d_pages, streams, d_sink), "multicast launch");
     } else {
       stream_kernel<false><<<streams, 32, smem>>>(d_pages, streams, d_sink);
@@ -280,12 +325,15 @@ float run_stream(bool multicast, int streams, const uint8_t* d_pages, unsigned l
     check(cudaEventElapsedTime(&ms, a, b), "elapsed");
     best = std::min(best, ms);
   }
+  check(cudaEventDestroy(a), "event");
+  check(cudaEventDestroy(b), "event");
   return best;
 }
 
 }  // namespace
 
 int main() {
+  std::setvbuf(stdout, nullptr, _IONBF, 0);
   cudaDeviceProp prop;
   check(cudaGetDeviceProperties(&prop, 0), "device");
   const int sms = prop.multiProcessorCount;
@@ -293,9 +341,11 @@ int main() {
 
   const int pairs = sms / 2;
   long long* d_out = nullptr;
+  uint32_t* d_sm = nullptr;
   check(cudaMalloc(&d_out, pairs * sizeof(long long)), "malloc");
-  for (int mode = 0; mode < 2; ++mode)
-    for (int vecs : {0, 1, 3}) run_handoff(mode, vecs, pairs, d_out);
+  check(cudaMalloc(&d_sm, 2 * pairs * sizeof(uint32_t)), "malloc");
+  for (int mode = 0; mode < 3; ++mode)
+    for (int vecs : {0, 1, 3}) run_handoff(mode, vecs, pairs, d_out, d_sm);
 
   const int smem = static_cast<int>(sizeof(StreamSmem));
   check(cudaFuncSetAttribute(stream_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "attr");
@@ -319,5 +369,6 @@ int main() {
   check(cudaFree(d_pages), "free");
   check(cudaFree(d_sink), "free");
   check(cudaFree(d_out), "free");
+  check(cudaFree(d_sm), "free");
   return 0;
 }
