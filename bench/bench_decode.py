@@ -168,13 +168,22 @@ def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_ro
     # the spread between our rounds comes from the FlashMLA round between them (thirteenth session, Next steps
     # b). alloc_between (--alloc-between-rounds, without FlashMLA): FlashMLA's allocation of its BF16 cache, and
     # the emptied cache after it, between our rounds without its kernel, to tell the allocation from the kernel.
+    # Each round is also sampled from NVML while it runs (bench/nvml_sampler.py: the SM clock, power, temperature
+    # and clock-event reasons during the round; None where NVML is missing), since the clock after a round did
+    # not track our spread (fourteenth session).
+    from bench import nvml_sampler as NV
+
     rounds = ours_round_count if ours_round_count is not None else (ab_rounds if fm is not None else 1)
-    ours_rounds, baseline_rounds, ours_mhz, baseline_mhz = [], [], [], []
+    ours_rounds, baseline_rounds, ours_mhz, baseline_mhz, ours_nvml, baseline_nvml = [], [], [], [], [], []
     for _ in range(rounds):
-        ours_rounds.append(H.time_cold(fn))
+        t, during = NV.timed_round(lambda: H.time_cold(fn))
+        ours_rounds.append(t)
+        ours_nvml.append(during)
         ours_mhz.append(H.sm_clock_mhz())
         if fm is not None:
-            baseline_rounds.append(time_flash_mla(fm, case, q, block_table, seqlens, num_blocks, H))
+            t, during = NV.timed_round(lambda: time_flash_mla(fm, case, q, block_table, seqlens, num_blocks, H))
+            baseline_rounds.append(t)
+            baseline_nvml.append(during)
             baseline_mhz.append(H.sm_clock_mhz())
             torch.cuda.empty_cache()
         elif alloc_between:
@@ -222,6 +231,7 @@ def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_ro
         plain_launch_us=plain_us, pdl_launch_us=pdl_us, pdl_speedup=(plain_us / pdl_us) if plain_us else None,
         ours_rounds_us=ours_rounds, baseline_rounds_us=baseline_rounds or None,
         ours_rounds_sm_mhz=ours_mhz, baseline_rounds_sm_mhz=baseline_mhz or None,
+        ours_rounds_nvml=ours_nvml, baseline_rounds_nvml=baseline_nvml or None,
     )
     q_bytes = rows * L.D_QK * 2
     out_bytes = rows * (L.D_CONTENT * 2 + 4)
@@ -239,13 +249,27 @@ def print_line(r) -> None:
             f"narrow {p['narrow_vs_wide']:.2f}x]" if p.get("wide_kernel_us") else "")
     pdl = (f"  [plain launch {p['plain_launch_us']:.1f} us, PDL {p['pdl_launch_us']:.1f} us, {p['pdl_speedup']:.3f}x]"
            if p.get("plain_launch_us") else "")
-    # Rounds, with the SM clock after each, when there is more than one (ours, and FlashMLA's when measured).
+    # Rounds, when there is more than one (ours, and FlashMLA's when measured), each with the SM clock: NVML's
+    # median during the round where it was sampled (with its clock-event reasons other than idle), else the
+    # clock after the round.
     rounds = ""
     if len(p["ours_rounds_us"]) > 1:
-        side = lambda us, mhz: "/".join(f"{t:.1f}@{f:.0f}" for t, f in zip(us, mhz))  # noqa: E731
-        theirs = (f", FlashMLA {side(p['baseline_rounds_us'], p['baseline_rounds_sm_mhz'])}"
-                  if p.get("baseline_rounds_us") else "")
-        rounds = f"  [rounds us@MHz: ours {side(p['ours_rounds_us'], p['ours_rounds_sm_mhz'])}{theirs}]"
+        nvml_on = bool(p.get("ours_rounds_nvml")) and all(p["ours_rounds_nvml"])
+
+        def side(key: str) -> str:
+            us, after, during = p[f"{key}_us"], p[f"{key}_sm_mhz"], p.get(f"{key}_nvml") or [None] * len(p[f"{key}_us"])
+            out = []
+            for t, f, d in zip(us, after, during):
+                if nvml_on and d and d.get("sm_mhz_median") is not None:
+                    why = f"({','.join(d['reasons'])})" if d.get("reasons") else ""
+                    out.append(f"{t:.1f}@{d['sm_mhz_median']:.0f}{why}")
+                else:
+                    out.append(f"{t:.1f}@{f:.0f}")
+            return "/".join(out)
+
+        theirs = f", FlashMLA {side('baseline_rounds')}" if p.get("baseline_rounds_us") else ""
+        label = "us@MHz during (NVML)" if nvml_on else "us@MHz after"
+        rounds = f"  [rounds {label}: ours {side('ours_rounds')}{theirs}]"
     print(f"{r.name:<34} {r.us:10.1f} {p['tflops']:9.1f} {p['kv_gbps']:9.1f} {p['pct_roofline']:7.1f}%  {speed}{wide}{pdl}"
           f"{rounds}", flush=True)
 

@@ -1,5 +1,6 @@
 """bench/bench_decode.py's printed line (CPU): with FlashMLA measured in several rounds it shows each round's
-time and the SM clock after it, so a throttled round can be told from a slow kernel in the device's output."""
+time and the SM clock (NVML's median during the round with its clock-event reasons when sampled, else the clock
+after the round), so a throttled round can be told from a slow kernel in the device's output."""
 
 from types import SimpleNamespace
 
@@ -42,4 +43,23 @@ def test_our_rounds_alone_are_printed_without_flashmla(bench, capsys):
     """--ours-rounds without FlashMLA: our rounds and clocks, no FlashMLA part."""
     bench.print_line(_result(baseline_rounds_us=None, baseline_rounds_sm_mhz=None, speedup=None))
     line = capsys.readouterr().out
-    assert "[rounds us@MHz: ours 100.0@1980/120.0@1710]" in line and "FlashMLA" not in line, line
+    assert "[rounds us@MHz after: ours 100.0@1980/120.0@1710]" in line and "FlashMLA" not in line, line
+
+
+def _during(mhz, reasons=()):
+    return dict(sm_mhz_median=mhz, sm_mhz_min=mhz - 10, power_w_median=600.0, temp_c_max=70.0,
+                reasons=list(reasons), samples=40)
+
+
+def test_clock_during_the_round_and_its_reasons_replace_the_clock_after(bench, capsys):
+    bench.print_line(_result(ours_rounds_nvml=[_during(1830.0), _during(1605.0, ["sw_power_cap"])],
+                             baseline_rounds_nvml=[_during(1700.0), _during(1690.0)]))
+    line = capsys.readouterr().out
+    assert "[rounds us@MHz during (NVML): ours 100.0@1830/120.0@1605(sw_power_cap)" in line, line
+    assert "FlashMLA 150.0@1700/151.0@1690]" in line, line
+
+
+def test_a_round_without_nvml_falls_back_to_the_clock_after(bench, capsys):
+    bench.print_line(_result(ours_rounds_nvml=[None, None], baseline_rounds_nvml=None))
+    line = capsys.readouterr().out
+    assert "[rounds us@MHz after: ours 100.0@1980/120.0@1710, FlashMLA 150.0@1980/151.0@1975]" in line, line
