@@ -90,9 +90,11 @@ def shared_nvml() -> Optional[Nvml]:
 
 
 class RoundSampler:
-    """Samples NVML every `period_s` from a daemon thread between __enter__ and __exit__."""
+    """Samples NVML every `period_s` from a daemon thread between __enter__ and __exit__. ctypes releases the GIL
+    during each NVML call; the thread holds it only for its loop (~microseconds every 2 ms), while the timed
+    calls' launches run ahead of the GPU behind each call's L2 flush (bench/harness.py time_cold)."""
 
-    def __init__(self, nvml: Optional[Nvml] = None, period_s: float = 0.001):
+    def __init__(self, nvml: Optional[Nvml] = None, period_s: float = 0.002):
         self.nvml = nvml if nvml is not None else shared_nvml()
         self.period_s = period_s
         self.samples: list[tuple[float, float, float, int]] = []
