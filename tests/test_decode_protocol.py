@@ -86,3 +86,31 @@ def test_model_finds_a_narrow_deadlock():
     # stage the warpgroup keeps while that warpgroup waits for a page the producer cannot load.
     found = [simulate_narrow([9], seed, release_at_piece_end=True) for seed in range(20)]
     assert all(r is not None and "kv_" in r for r in found), found[:3]
+
+
+# ---- the 2-CTA cluster kernel of docs/cluster_kernel.md (a plan; tests/utils/cluster_protocol.py) ----
+from utils.cluster_protocol import simulate_cluster  # noqa: E402
+
+
+def test_cluster_plan_completes_without_a_slot_overwrite():
+    # Multicast content, RoPE to the owner, the hand-off into both CTAs, remote releases, the piece-end L~
+    # exchange: no deadlock, no extra arrival, no shared-memory slot written before its readers were done.
+    rng = random.Random(17)
+    rows = EDGE_ROWS + [[12], [0, 13, 0], [1, 11, 2], [4, 4, 4]] + [random_pieces(rng) for _ in range(300)]
+    for case, row in enumerate(rows):
+        result = simulate_cluster(row, seed=case)
+        assert result is None, f"cluster plan on row {row}, interleaving {case}: {result}"
+
+
+@pytest.mark.parametrize("variant,expect", [("early_arm", "arrivals more than the phase expects"),
+                                            ("local_release", "written while"),
+                                            ("no_content_wait", "but the slot holds")])
+def test_cluster_model_finds_the_broken_variants(variant, expect):
+    # early_arm: rank 1 arms a peer stage's kv_full before its warpgroups released the stage (the arm lands in
+    # the previous phase); local_release: rank 0 multicasts once its own warpgroups released the stage, while
+    # rank 1's may still read the previous page; no_content_wait: rank 1's warpgroups read V^T of a block whose
+    # multicast has not landed in their CTA (the owner's hand-off says only that it landed in the owner's).
+    found = [simulate_cluster([9, 3, 7], seed, **{variant: True}) for seed in range(200)]
+    hits = [r for r in found if r is not None]
+    assert hits, f"the model no longer finds the {variant} bug"
+    assert any(expect in r for r in hits), hits[:3]
