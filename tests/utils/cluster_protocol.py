@@ -12,13 +12,19 @@ is owned by CTA s % 2, so a stage is "own" or "peer" for a CTA for good):
   once its warpgroups released the slot (kv_empty[c][s]).
 - each CTA's producer arms its own kv_full[c][s] with the bytes that will land there (content, plus RoPE in the
   owner), and only after its own warpgroups released the stage: an early arm would count in the previous phase.
-- the owner warpgroup of n ((n / 2) % 2 in CTA n % 2) waits kv_full, runs QK, writes P^T into its own RoPE slot
-  and into the peer's slot s (a remote store), waits for the state of n - 1 (xchg of the other CTA's block, in
-  its own CTA), then publishes: xchg[c][s] locally (128 arrivals) and xchg[peer][s] remotely (one per warp, 4).
-- every warpgroup runs PV(n) in block order: wait kv_full (the content, in the non-owner CTA) and xchg[c][s],
-  then release kv_empty[c][s] and kv_empty_cluster[s].
-- at a piece end the four warpgroups exchange their partial L~: each writes into both CTAs' lsum buffer
-  piece % 2 and arrives on both lsum_full barriers; each waits on its own CTA's.
+- the owner warpgroup of n ((n / 2) % 2 in CTA n % 2) waits kv_full, runs QK, writes P^T (state-free) into its
+  own RoPE slot and the peer's slot s and publishes it (pt_full: 128 local arrivals, 4 remote ones, one per
+  warp); then it waits for the state of n - 1 (st_full of the other CTA's block, delivered into its own CTA),
+  and writes and publishes the state of n the same way (st_full).
+- every warpgroup runs PV(n) in block order: wait kv_full (the content, in the non-owner CTA), pt_full and
+  st_full, then release kv_empty[c][s] and kv_empty_cluster[s]. Its own blocks' work runs just before PV(n)
+  (order "inline") or right after PV(n - 4), before the PVs of the 3 blocks between (order "early": the note's
+  register plan, and the order in which only st_full orders the state chain).
+- at a piece end the four warpgroups exchange their partial L~: each writes its slot of both CTAs' lsum buffer
+  piece % 2 and arrives on both lsum_full barriers; each waits on its own CTA's and reads all four slots.
+Checked slots: each CTA's content and RoPE tiles per stage, the hand-off's P^T and state per stage, the query
+tile, the L~ partials. Not modelled: the st.async / expect_tx form of the remote stores (the receiver would arm
+the barrier, with the early-arm hazard of kv_full), and the warpgroups' threads one by one.
 """
 
 from __future__ import annotations
@@ -104,24 +110,32 @@ class ClusterPair:
     local_release (rank 0 multicasts after its own warpgroups' release only), no_content_wait (the non-owner
     CTA's warpgroups run PV without waiting for the multicast content: the hand-off alone does not order it)."""
 
-    def __init__(self, pieces: list[int], early_arm: bool = False, local_release: bool = False,
-                 no_content_wait: bool = False):
-        self.pieces, self.early_arm, self.local_release = pieces, early_arm, local_release
-        self.no_content_wait = no_content_wait
+    def __init__(self, pieces: list[int], order: str = "early", early_arm: bool = False,
+                 local_release: bool = False, no_content_wait: bool = False, no_state_wait: bool = False):
+        assert order in ("early", "inline"), order
+        self.pieces, self.order, self.early_arm, self.local_release = pieces, order, early_arm, local_release
+        self.no_content_wait, self.no_state_wait = no_content_wait, no_state_wait
         b, t = Barrier, TxBarrier
         self.kv_full = [[t(f"kv_full[{c}][{s}]", 1) for s in range(STAGES)] for c in range(2)]
         self.kv_empty = [[b(f"kv_empty[{c}][{s}]", 2 * WG_THREADS) for s in range(STAGES)] for c in range(2)]
         self.kv_empty_cluster = [b(f"kv_empty_cluster[{s}]", 4 * WG_THREADS) for s in range(STAGES)]
-        # xchg: own stages take the owner's 128 local arrivals, peer stages the peer owner's 4 remote ones.
-        self.xchg = [[b(f"xchg[{c}][{s}]", WG_THREADS if s % 2 == c else WARPS) for s in range(STAGES)]
-                     for c in range(2)]
+        # The hand-off in two parts, P^T first (state-free), then the state: own stages take the owner's 128 local
+        # arrivals, peer stages the peer owner's 4 remote ones (one per warp).
+        arrivals = lambda c, s: WG_THREADS if s % 2 == c else WARPS  # noqa: E731
+        self.pt_full = [[b(f"pt_full[{c}][{s}]", arrivals(c, s)) for s in range(STAGES)] for c in range(2)]
+        self.st_full = [[b(f"st_full[{c}][{s}]", arrivals(c, s)) for s in range(STAGES)] for c in range(2)]
         self.q_full = [t(f"q_full[{c}]", 1) for c in range(2)]
         self.q_empty = [b(f"q_empty[{c}]", 2 * WG_THREADS) for c in range(2)]
         self.lsum_full = [[b(f"lsum_full[{c}][{p}]", 4 * WG_THREADS) for p in range(2)] for c in range(2)]
         self.content = [[Slot(f"content[{c}][{s}]") for s in range(STAGES)] for c in range(2)]
-        self.rope = [[Slot(f"rope[{c}][{s}]") for s in range(STAGES)] for c in range(2)]
+        self.rope = [[Slot(f"rope[{c}][{s}]") for s in range(STAGES)] for c in range(2)]  # the TMA'd RoPE tile
+        # The hand-off's P^T and state share the RoPE tile's 8 KB in the kernel; separate slots here, so that
+        # each part's writes and reads are checked on their own.
+        self.pt = [[Slot(f"pt[{c}][{s}]") for s in range(STAGES)] for c in range(2)]
+        self.state = [[Slot(f"state[{c}][{s}]") for s in range(STAGES)] for c in range(2)]
         self.qtile = [Slot(f"q[{c}]") for c in range(2)]
-        self.lsum = [[Slot(f"lsum[{c}][{p}]") for p in range(2)] for c in range(2)]
+        self.lsum = [[{(a, w): Slot(f"lsum[{c}][{p}] from {(a, w)}") for a in range(2) for w in range(2)}
+                      for p in range(2)] for c in range(2)]
 
     @staticmethod
     def owner(n: int) -> tuple[int, int]:
@@ -153,59 +167,88 @@ class ClusterPair:
                                             lambda s=s, n=n: self.rope[c][s].write(f"rope {n}", {("qk", c)}))])
                 n += 1
 
-    def math(self, c: int, w: int) -> Agent:
+    def own_block(self, c: int, w: int, piece: int, j: int, nb: int, n: int, last_own: bool) -> Agent:
+        """The owner's work on block n (local block j of a piece of nb): QK, P^T into both CTAs, then the state
+        once the state of n - 1 is in (a piece's first block starts from the empty state)."""
         me, peer = (c, w), 1 - c
+        s, ph = n % STAGES, (n // STAGES) & 1
+        yield ("wait", self.kv_full[c][s], ph)  # QK over the content and the RoPE tile
+        self.qtile[c].check(me, f"q piece {piece}")
+        self.content[c][s].check(me, f"content {n}")
+        self.rope[c][s].read(("qk", c), f"rope {n}")
+        if last_own:  # the warpgroup's last QK of the piece
+            self.qtile[c].read_done(me)
+            yield ("arrive", self.q_empty[c], WG_THREADS)
+        # P^T (state-free): into this CTA's RoPE tile (dead after the QK) and the peer's slot of stage s.
+        for d in (c, peer):
+            yield ("do", lambda d=d: self.pt[d][s].write(f"P^T {n}", {(d, 0), (d, 1)}))
+        yield ("arrive", self.pt_full[c][s], WG_THREADS)
+        for _ in range(WARPS):
+            yield ("arrive", self.pt_full[peer][s], 1)
+        # The state: scalars from the state of n - 1 (the other CTA's block, delivered into this CTA).
+        if j > 0:
+            if not self.no_state_wait:
+                yield ("wait", self.st_full[c][(n - 1) % STAGES], ((n - 1) // STAGES) & 1)
+            self.state[c][(n - 1) % STAGES].read(("chain", n), f"state {n - 1}")
+        # The owner of n + 1 (in the other CTA) reads this state there, if n + 1 is in the same piece.
+        chain = {("chain", n + 1)} if j + 1 < nb else set()
+        for d in (c, peer):
+            readers = {(d, 0), (d, 1)} | (chain if d == peer else set())
+            yield ("do", lambda d=d, readers=readers: self.state[d][s].write(f"state {n}", readers))
+        yield ("arrive", self.st_full[c][s], WG_THREADS)
+        for _ in range(WARPS):
+            yield ("arrive", self.st_full[peer][s], 1)
+
+    def math(self, c: int, w: int) -> Agent:
+        """Every block's PV in order; the own blocks' work `lead` blocks ahead of their PV (order "early": right
+        after PV(n - 4), before the PVs of the 3 blocks between, as the note's register plan wants; "inline":
+        just before PV(n))."""
+        me = (c, w)
+        lead = 3 if self.order == "early" else 0
         block_idx = 0
         for piece, nb in enumerate(self.pieces):
             yield ("wait", self.q_full[c], piece & 1)
-            own_blocks = [j for j in range(nb) if self.owner(block_idx + j) == me]
-            if not own_blocks:
+            own = [j for j in range(nb) if self.owner(block_idx + j) == me]
+            if not own:
                 self.qtile[c].read(me, f"q piece {piece}")
                 yield ("arrive", self.q_empty[c], WG_THREADS)
+            todo = list(own)
             for j in range(nb):
+                while todo and todo[0] <= j + lead:
+                    jj = todo.pop(0)
+                    yield from self.own_block(c, w, piece, jj, nb, block_idx + jj, jj == own[-1])
                 n = block_idx + j
                 s, ph = n % STAGES, (n // STAGES) & 1
-                if self.owner(n) == me:
-                    yield ("wait", self.kv_full[c][s], ph)  # QK over the content and the RoPE tile
-                    self.qtile[c].check(me, f"q piece {piece}")
-                    self.content[c][s].check(me, f"content {n}")
-                    self.rope[c][s].read(("qk", c), f"rope {n}")
-                    if j == own_blocks[-1]:  # the warpgroup's last QK of the piece
-                        self.qtile[c].read_done(me)
-                        yield ("arrive", self.q_empty[c], WG_THREADS)
-                    yield ("do", lambda c=c, s=s, n=n: self.rope[c][s].write(f"hand-off {n}", {(c, 0), (c, 1)}))
-                    yield ("do", lambda s=s, n=n: self.rope[peer][s].write(f"hand-off {n}", {(peer, 0), (peer, 1)}))
-                    if j > 0:  # the state of n - 1 (the other CTA's block), delivered into this CTA
-                        yield ("wait", self.xchg[c][(n - 1) % STAGES], ((n - 1) // STAGES) & 1)
-                    yield ("arrive", self.xchg[c][s], WG_THREADS)
-                    for _ in range(WARPS):
-                        yield ("arrive", self.xchg[peer][s], 1)
                 if n % 2 != c and not self.no_content_wait:
                     yield ("wait", self.kv_full[c][s], ph)  # the multicast content, for V^T
-                yield ("wait", self.xchg[c][s], ph)  # P^T and the fold scales of n
+                yield ("wait", self.pt_full[c][s], ph)  # P^T of n
+                yield ("wait", self.st_full[c][s], ph)  # its fold scales
                 self.content[c][s].read(me, f"content {n}")
-                self.rope[c][s].read(me, f"hand-off {n}")
+                self.pt[c][s].read(me, f"P^T {n}")
+                self.state[c][s].read(me, f"state {n}")
                 yield ("arrive", self.kv_empty[c][s], WG_THREADS)
                 yield ("arrive", self.kv_empty_cluster[s], WG_THREADS)
-            # Piece end: the partial L~ of each warpgroup into both CTAs, then the wait for all four.
+            # Piece end: each warpgroup's partial L~ into its slot in both CTAs, then the wait for all four.
             p = piece % 2
             for d in range(2):
-                lsum = self.lsum[d][p]
-                if lsum.holds != f"piece {piece}":
-                    lsum.write(f"piece {piece}", {(d, 0), (d, 1)})
+                yield ("do", lambda d=d, p=p, piece=piece: self.lsum[d][p][me].write(f"piece {piece}",
+                                                                                    {(d, 0), (d, 1)}))
                 yield ("arrive", self.lsum_full[d][p], WG_THREADS)
             yield ("wait", self.lsum_full[c][p], (piece // 2) & 1)
-            self.lsum[c][p].read(me, f"piece {piece}")
+            for writer in self.lsum[c][p]:
+                self.lsum[c][p][writer].read(me, f"piece {piece}")
             block_idx += nb
 
 
-def simulate_cluster(pieces: list[int], seed: int, **variant) -> Optional[str]:
-    """None when the pair completes the row; else the deadlock, or the protocol violation (an extra arrival, or a
-    slot written before its readers were done) as a string."""
+def simulate_cluster(pieces: list[int], seed: int, land_p: float = 0.3, **variant) -> Optional[str]:
+    """None when the pair completes the row; else the deadlock, or the protocol violation (an extra arrival, a
+    slot written before its readers were done, or read before it held what the reader expects) as a string.
+    land_p: decode_protocol.run_agents' chance per step that a load lands (low: late landings, e.g. a multicast
+    that reaches one CTA long after the other)."""
     pair = ClusterPair(pieces, **variant)
     agents = {f"producer{c}": pair.producer(c) for c in range(2)}
     agents.update({f"math{c}{w}": pair.math(c, w) for c in range(2) for w in range(2)})
     try:
-        return run_agents(agents, seed)
+        return run_agents(agents, seed, land_p=land_p)
     except AssertionError as e:
         return f"violation: {e}"

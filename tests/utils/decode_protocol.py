@@ -237,7 +237,8 @@ def _describe(act: Action) -> str:
     return f"{act[1].name} parity {act[2]}"
 
 
-def run_agents(agents: dict[str, Agent], seed: int, stall_limit: int = 4000) -> Optional[str]:
+def run_agents(agents: dict[str, Agent], seed: int, stall_limit: int = 4000, land_p: float = 0.3) -> Optional[str]:
+    """land_p: the chance per step that an in-flight load completes (lower: loads stay in flight longer)."""
     rng = random.Random(seed)
     nxt: dict[str, Optional[Action]] = {}
     for name, ag in agents.items():
@@ -254,7 +255,7 @@ def run_agents(agents: dict[str, Agent], seed: int, stall_limit: int = 4000) -> 
         if stall > stall_limit:
             return "livelock (only failed polls): " + ", ".join(
                 f"{a} at {nxt[a][0]} {nxt[a][1].name}" for a in live)
-        if inflight and (not runnable or rng.random() < 0.3):
+        if inflight and (not runnable or rng.random() < land_p):
             inflight.pop(rng.randrange(len(inflight))).arrive(1)
             stall = 0
             continue
