@@ -7,7 +7,9 @@ clock that harness.sm_clock_mhz measures *after* a round (a sleep kernel on an i
 follows an SM clock lowered by power or heat; that needs the clock *during* the round, and NVML's reasons.
 
 NVML is reached through ctypes on libnvidia-ml.so.1, which ships with the driver (the H200 machine has no pynvml).
-Without it, or without a GPU, `RoundSampler` records nothing and `summary()` is None: benchmarks run as before.
+Without it, or without a GPU, or with SNAPMLA_NVML=0, `RoundSampler` records nothing and `summary()` is None:
+benchmarks run as before. Not yet run on the H200 (written after the fourteenth session's device time): the first
+run should time a case with SNAPMLA_NVML=0 and =1 side by side.
 
     with RoundSampler() as s:
         run_round()
@@ -18,6 +20,7 @@ Without it, or without a GPU, `RoundSampler` records nothing and `summary()` is 
 from __future__ import annotations
 
 import ctypes
+import os
 import statistics
 import threading
 from typing import Optional
@@ -48,21 +51,28 @@ def reason_names(mask: int) -> list[str]:
 
 
 class Nvml:
-    """The few NVML calls the sampler needs, on device index `index`. `lib` may be given (tests pass a fake)."""
+    """The few NVML calls the sampler needs, on the GPU with `uuid` ("GPU-..."; NVML ignores
+    CUDA_VISIBLE_DEVICES and numbers the GPUs in PCI order, so an index can name another GPU than CUDA's) or,
+    without one, NVML's device `index`. `lib` may be given (tests pass a fake)."""
 
-    def __init__(self, index: int = 0, lib=None):
+    def __init__(self, index: int = 0, uuid: Optional[str] = None, lib=None):
         self.lib = lib if lib is not None else ctypes.CDLL("libnvidia-ml.so.1")
         if self.lib.nvmlInit_v2() != 0:
             raise RuntimeError("nvmlInit_v2 failed")
         self.handle = ctypes.c_void_p()
-        if self.lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(self.handle)) != 0:
+        if uuid is not None:
+            if self.lib.nvmlDeviceGetHandleByUUID(ctypes.c_char_p(uuid.encode()), ctypes.byref(self.handle)) != 0:
+                raise RuntimeError(f"nvmlDeviceGetHandleByUUID({uuid}) failed")
+        elif self.lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(self.handle)) != 0:
             raise RuntimeError(f"nvmlDeviceGetHandleByIndex_v2({index}) failed")
         # The clock-event call was renamed in CUDA 12 drivers; older ones export only the throttle name.
         self._reasons_fn = getattr(self.lib, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
             self.lib, "nvmlDeviceGetCurrentClocksThrottleReasons")
 
     def sample(self) -> tuple[float, float, float, int]:
-        """(SM MHz, power W, temperature C, reason mask) now; a failed call gives NaN / 0 for its field."""
+        """(SM MHz, power W, temperature C, reason mask) now; a failed call gives NaN / 0 for its field. The power
+        is NVML's average over the last ~1 s on Ampere and later GPUs: over a round of ~50 ms it is mostly the
+        second before it (the previous round included); the clock and the reasons are current."""
         clk, mw, temp, reasons = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong()
         ok_clk = self.lib.nvmlDeviceGetClockInfo(self.handle, ctypes.c_int(NVML_CLOCK_SM), ctypes.byref(clk)) == 0
         ok_pw = self.lib.nvmlDeviceGetPowerUsage(self.handle, ctypes.byref(mw)) == 0
@@ -78,14 +88,33 @@ _shared: Optional[Nvml] = None
 _unavailable = False
 
 
+def cuda_uuid() -> Optional[str]:
+    """NVML's name ("GPU-<uuid>") of the GPU that torch uses, or None (no torch, no GPU, an older torch)."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        return f"GPU-{torch.cuda.get_device_properties(torch.cuda.current_device()).uuid}"
+    except (ImportError, AttributeError, RuntimeError):
+        return None
+
+
 def shared_nvml() -> Optional[Nvml]:
-    """One Nvml per process, or None (once, quietly) where NVML cannot be loaded or has no device."""
+    """One Nvml per process for torch's current GPU (by UUID, else NVML's device 0), or None (once, quietly)
+    where NVML cannot be loaded or has no device."""
     global _shared, _unavailable
+    if os.environ.get("SNAPMLA_NVML", "1") == "0":  # off, e.g. to time the benchmark with and without it
+        return None
     if _shared is None and not _unavailable:
-        try:
-            _shared = Nvml()
-        except (OSError, RuntimeError, AttributeError):
-            _unavailable = True
+        uuid = cuda_uuid()
+        for kw in ([dict(uuid=uuid)] if uuid else []) + [dict(index=0)]:
+            try:
+                _shared = Nvml(**kw)
+                break
+            except (OSError, RuntimeError, AttributeError):
+                continue
+        _unavailable = _shared is None
     return _shared
 
 

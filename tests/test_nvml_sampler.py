@@ -1,5 +1,7 @@
 """bench/nvml_sampler.py on a fake NVML library (CPU): the summary of a round's samples, the clock-event reason
-names, a failed call's field left out, and no NVML at all giving None rather than an exception."""
+names, a failed call's field left out, the device by UUID, the older reasons entry point, and no NVML at all
+giving None rather than an exception. The fake checks the ctypes types of every argument, as the C API has them
+(a c_uint where NVML writes an unsigned long long would corrupt memory rather than fail)."""
 
 import ctypes
 import os
@@ -12,38 +14,66 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import nvml_sampler as NV  # noqa: E402
 
 
+def _out(ref, ctype):
+    """The object behind a ctypes.byref argument, checked to be of the C type NVML writes."""
+    assert isinstance(ref._obj, ctype), (type(ref._obj), ctype)
+    return ref._obj
+
+
 class FakeNvml:
     """The NVML entry points the sampler calls, returning scripted values (0 = NVML_SUCCESS)."""
 
-    def __init__(self, clocks, power_mw=600_000, temp=65, reasons=0x0, fail_power=False):
+    def __init__(self, clocks, power_mw=600_000, temp=65, reasons=0x0, fail_power=False, old_reasons_name=False,
+                 init_rc=0):
         self.clocks, self.power_mw, self.temp = list(clocks), power_mw, temp
-        self.reasons, self.fail_power = reasons, fail_power
-        self.i = 0
+        self.reasons, self.fail_power, self.init_rc = reasons, fail_power, init_rc
+        self.i, self.opened = 0, None
+        if old_reasons_name:  # a driver from before the rename exports only the throttle name
+            self.nvmlDeviceGetCurrentClocksThrottleReasons = self._reasons
+        else:
+            self.nvmlDeviceGetCurrentClocksEventReasons = self._reasons
 
     def nvmlInit_v2(self):
-        return 0
+        return self.init_rc
 
     def nvmlDeviceGetHandleByIndex_v2(self, index, handle_ref):
+        assert isinstance(index, ctypes.c_uint)
+        _out(handle_ref, ctypes.c_void_p).value = 0x1000 + index.value
+        self.opened = ("index", index.value)
         return 0
 
+    def nvmlDeviceGetHandleByUUID(self, uuid, handle_ref):
+        assert isinstance(uuid, ctypes.c_char_p)
+        _out(handle_ref, ctypes.c_void_p).value = 0x2000
+        self.opened = ("uuid", uuid.value.decode())
+        return 0
+
+    def _handle(self, handle):
+        assert isinstance(handle, ctypes.c_void_p) and handle.value in (0x1000, 0x2000), handle
+
     def nvmlDeviceGetClockInfo(self, handle, kind, out_ref):
-        assert kind.value == NV.NVML_CLOCK_SM
-        ctypes.cast(out_ref, ctypes.POINTER(ctypes.c_uint))[0] = self.clocks[min(self.i, len(self.clocks) - 1)]
+        self._handle(handle)
+        assert isinstance(kind, ctypes.c_int) and kind.value == NV.NVML_CLOCK_SM
+        _out(out_ref, ctypes.c_uint).value = self.clocks[min(self.i, len(self.clocks) - 1)]
         self.i += 1
         return 0
 
     def nvmlDeviceGetPowerUsage(self, handle, out_ref):
+        self._handle(handle)
         if self.fail_power:
             return 3  # NVML_ERROR_NOT_SUPPORTED
-        ctypes.cast(out_ref, ctypes.POINTER(ctypes.c_uint))[0] = self.power_mw
+        _out(out_ref, ctypes.c_uint).value = self.power_mw
         return 0
 
     def nvmlDeviceGetTemperature(self, handle, kind, out_ref):
-        ctypes.cast(out_ref, ctypes.POINTER(ctypes.c_uint))[0] = self.temp
+        self._handle(handle)
+        assert isinstance(kind, ctypes.c_int) and kind.value == NV.NVML_TEMPERATURE_GPU
+        _out(out_ref, ctypes.c_uint).value = self.temp
         return 0
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, handle, out_ref):
-        ctypes.cast(out_ref, ctypes.POINTER(ctypes.c_ulonglong))[0] = self.reasons
+    def _reasons(self, handle, out_ref):
+        self._handle(handle)
+        _out(out_ref, ctypes.c_ulonglong).value = self.reasons
         return 0
 
 
@@ -90,3 +120,27 @@ def test_without_nvml_a_round_runs_and_records_nothing(monkeypatch):
     monkeypatch.setattr(NV.ctypes, "CDLL", no_library)
     out, summary = NV.timed_round(lambda: 42)
     assert out == 42 and summary is None
+
+
+def test_the_device_by_uuid_and_the_older_reasons_name():
+    fake = FakeNvml(clocks=[1500], reasons=0x40, old_reasons_name=True)
+    nv = NV.Nvml(uuid="GPU-1234", lib=fake)
+    assert fake.opened == ("uuid", "GPU-1234")
+    assert nv.sample()[3] == 0x40
+
+
+def test_a_failed_init_is_an_error_that_shared_nvml_turns_into_none(monkeypatch):
+    with pytest.raises(RuntimeError, match="nvmlInit_v2"):
+        NV.Nvml(lib=FakeNvml(clocks=[1500], init_rc=1))
+    monkeypatch.setattr(NV, "_shared", None)
+    monkeypatch.setattr(NV, "_unavailable", False)
+    monkeypatch.setattr(NV, "cuda_uuid", lambda: "GPU-1234")
+    monkeypatch.setattr(NV, "Nvml", lambda **kw: (_ for _ in ()).throw(RuntimeError("nvmlInit_v2 failed")))
+    assert NV.shared_nvml() is None and NV._unavailable
+
+
+def test_snapmla_nvml_0_turns_it_off(monkeypatch):
+    monkeypatch.setenv("SNAPMLA_NVML", "0")
+    monkeypatch.setattr(NV, "_shared", NV.Nvml(lib=FakeNvml(clocks=[1500])))
+    out, summary = NV.timed_round(lambda: 7)
+    assert out == 7 and summary is None
