@@ -263,15 +263,11 @@ def print_line(r) -> None:
         nvml_on = sampled("ours_rounds") and (not p.get("baseline_rounds_us") or sampled("baseline_rounds"))
 
         def side(key: str) -> str:
-            us, after, during = p[f"{key}_us"], p[f"{key}_sm_mhz"], p.get(f"{key}_nvml") or [None] * len(p[f"{key}_us"])
-            out = []
-            for t, f, d in zip(us, after, during):
-                if nvml_on:
-                    why = f"({','.join(d['reasons'])})" if d.get("reasons") else ""
-                    out.append(f"{t:.1f}@{d['sm_mhz_median']:.0f}{why}")
-                else:
-                    out.append(f"{t:.1f}@{f:.0f}")
-            return "/".join(out)
+            if not nvml_on:
+                return "/".join(f"{t:.1f}@{f:.0f}" for t, f in zip(p[f"{key}_us"], p[f"{key}_sm_mhz"]))
+            why = lambda d: f"({','.join(d['reasons'])})" if d.get("reasons") else ""  # noqa: E731
+            rounds = zip(p[f"{key}_us"], p[f"{key}_nvml"])
+            return "/".join(f"{t:.1f}@{d['sm_mhz_median']:.0f}{why(d)}" for t, d in rounds)
 
         theirs = f", FlashMLA {side('baseline_rounds')}" if p.get("baseline_rounds_us") else ""
         label = "us@MHz during (NVML)" if nvml_on else "us@MHz after"

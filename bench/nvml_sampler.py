@@ -20,6 +20,7 @@ run should time a case with SNAPMLA_NVML=0 and =1 side by side.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import statistics
 import threading
@@ -153,9 +154,7 @@ class RoundSampler:
         bit left out: the sampler also sees the host's gaps between launches) and the sample count."""
         if not self.samples:
             return None
-        clk = [s[0] for s in self.samples if s[0] == s[0]]
-        pw = [s[1] for s in self.samples if s[1] == s[1]]
-        tmp = [s[2] for s in self.samples if s[2] == s[2]]
+        clk, pw, tmp = ([s[i] for s in self.samples if not math.isnan(s[i])] for i in range(3))
         mask = 0
         for s in self.samples:
             mask |= s[3]

@@ -94,7 +94,7 @@ class Landing:
     """One destination of an issued load: at completion it fills its slot and completes bytes on its barrier."""
 
     def __init__(self, bar: TxBarrier, nbytes: int, on_land: Callable[[], None]):
-        self.bar, self.nbytes, self.on_land, self.name = bar, nbytes, on_land, bar.name
+        self.bar, self.nbytes, self.on_land = bar, nbytes, on_land
 
     def arrive(self, _weight: int) -> None:  # run_agents completes in-flight loads through arrive(1)
         self.on_land()
