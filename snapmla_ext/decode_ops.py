@@ -56,7 +56,16 @@ def default_num_sm_parts(num_q_tokens_per_head_k: int, num_heads_k: int = 1, dev
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     num_m_tiles = -(-int(num_q_tokens_per_head_k) // BLOCK_M)
-    return max(_sm_count(device) // max(num_m_tiles, 1) // max(int(num_heads_k), 1), 1)
+    # The cluster kernel (SNAPMLA_DECODE_KERNEL=cluster, q_rows > 16) runs each part on a pair of SMs.
+    per_part = CLUSTER_CTAS if _cluster_kernel_chosen(int(num_q_tokens_per_head_k)) else 1
+    return max(_sm_count(device) // max(num_m_tiles, 1) // max(int(num_heads_k), 1) // per_part, 1)
+
+
+CLUSTER_CTAS = 2  # CTAs per part of the cluster decode kernel; csrc/kernels/sm90/decode_fp8/cluster/config.h
+
+
+def _cluster_kernel_chosen(q_rows: int) -> bool:
+    return q_rows > NARROW_MAX_Q_ROWS and os.environ.get("SNAPMLA_DECODE_KERNEL") == "cluster"
 
 
 @dataclasses.dataclass
@@ -201,7 +210,8 @@ def flash_mla_with_kvcache(
     gets out = 0 and lse = +inf).
     Kernel: s_q * h_q <= 16 runs the narrow kernel, larger ones the wide one (docs/decode_kernel.md); the
     environment variable SNAPMLA_DECODE_KERNEL=narrow|wide|auto overrides the choice (wide also for
-    s_q * h_q <= 16).
+    s_q * h_q <= 16); =cluster runs the experimental 2-CTA cluster kernel for s_q * h_q > 16 (set it before
+    get_mla_metadata: its default num_sm_parts is half the wide kernel's).
     """
     unsupported = {
         "indices": indices,

@@ -144,7 +144,7 @@ def test_kernel_is_deterministic(monkeypatch, s_q, h_q):
 def test_kernel_choice_env_is_checked(monkeypatch):
     p = make_paged_inputs(1, 1, 16, [100], seed=5, device="cuda")
     monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "fast")
-    with pytest.raises(RuntimeError, match="SNAPMLA_DECODE_KERNEL must be auto, narrow or wide, got 'fast'"):
+    with pytest.raises(RuntimeError, match="SNAPMLA_DECODE_KERNEL must be auto, narrow, wide or cluster, got 'fast'"):
         _run(p, 1, 16, False, None)
 
 

@@ -42,8 +42,9 @@ static_assert(XCHG_BYTES <= ROPE_TILE_BYTES, "the hand-off must fit in the RoPE 
 
 // Owner side. tile: shared address of the stage's RoPE tile; p: the packed P words (pack_p); row0: the thread's
 // first row (16 warp + lane / 4; the second is row0 + 8); t = lane % 4.
-__device__ __forceinline__ void publish_block(uint32_t tile, const uint32_t (&p)[8], const RowState (&st)[2],
-                                              const float (&o_scale)[2], int row0, int t) {
+// P^T and the state are stored by two functions (the cluster kernel stores P^T before it has the state,
+// cluster/handoff.cuh); publish_block stores both and fences them for the readers' WGMMAs.
+__device__ __forceinline__ void publish_pt(uint32_t tile, const uint32_t (&p)[8], int row0, int t) {
 #pragma unroll
   for (int g = 0; g < 2; ++g) {
 #pragma unroll
@@ -56,6 +57,9 @@ __device__ __forceinline__ void publish_block(uint32_t tile, const uint32_t (&p)
       }
     }
   }
+}
+__device__ __forceinline__ void publish_state(uint32_t tile, const RowState (&st)[2], const float (&o_scale)[2],
+                                              int row0, int t) {
   if (t == 0) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -66,6 +70,11 @@ __device__ __forceinline__ void publish_block(uint32_t tile, const uint32_t (&p)
       asm volatile("st.shared.f32 [%0], %1;" ::"r"(tile + XCHG_SCALE_OFFSET + 4 * row), "f"(o_scale[r]) : "memory");
     }
   }
+}
+__device__ __forceinline__ void publish_block(uint32_t tile, const uint32_t (&p)[8], const RowState (&st)[2],
+                                              const float (&o_scale)[2], int row0, int t) {
+  publish_pt(tile, p, row0, t);
+  publish_state(tile, st, o_scale, row0, t);
   fence_proxy_async_smem();
 }
 

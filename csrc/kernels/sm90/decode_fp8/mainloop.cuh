@@ -245,7 +245,8 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
             softmax_probs<false>(s, ss.kv_scale[stage], mx, n_vis, t, st, o_scale);
           else
             softmax_probs<true>(s, ss.kv_scale[stage], mx, n_vis, t, st, o_scale);
-          pack_p(s, st, p_blk);
+          const float inv[2] = {st[0].inv, st[1].inv};
+          pack_p(s, inv, p_blk);
         }
         publish_block(smem_u32(ss.kv_rope[stage]), p_blk, st, o_scale, row0, t);
         mbarrier_arrive(&ss.xchg_full[stage]);

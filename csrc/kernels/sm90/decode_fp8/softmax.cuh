@@ -181,10 +181,11 @@ __device__ __forceinline__ void softmax_probs(float (&s)[32], const float (&k_sc
   }
 }
 
-// p8 = e4m3(p' * inv) packed 4 bytes per word: word 4g + 2h + r holds row r0 + 8r, tokens
+// p8 = e4m3(p' * mult[r]) packed 4 bytes per word (mult: the wide kernel passes inv_n of each row, the cluster
+// kernel the state-free multiplier, cluster/softmax_state_free.cuh): word 4g + 2h + r holds row r0 + 8r, tokens
 // 32g + 16h + 2t + {0, 1, 8, 9}, which is the k order of P^T in the hand-off (exchange.cuh publish_block
 // stores each word whole).
-__device__ __forceinline__ void pack_p(const float (&s)[32], const RowState (&st)[2], uint32_t (&p)[8]) {
+__device__ __forceinline__ void pack_p(const float (&s)[32], const float (&mult)[2], uint32_t (&p)[8]) {
   // P fragments: k-step g covers columns 32g .. 32g+31; register 4g + {0, 1, 2, 3} = rows {r0, r0+8, r0, r0+8},
   // columns {32g + 2t + {0,1,8,9}, same, 32g + 16 + 2t + {0,1,8,9}, same}; accumulator chunk i = column / 8.
 #pragma unroll
@@ -194,7 +195,7 @@ __device__ __forceinline__ void pack_p(const float (&s)[32], const RowState (&st
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int i0 = 4 * g + 2 * h;  // chunks i0 (columns +0, +1) and i0 + 1 (columns +8, +9)
-        const float inv = st[r].inv;
+        const float inv = mult[r];
         p[4 * g + 2 * h + r] = pack_e4m3x4(s[4 * i0 + 2 * r] * inv, s[4 * i0 + 2 * r + 1] * inv,
                                            s[4 * (i0 + 1) + 2 * r] * inv, s[4 * (i0 + 1) + 2 * r + 1] * inv);
       }

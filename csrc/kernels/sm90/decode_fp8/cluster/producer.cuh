@@ -1,0 +1,96 @@
+// TMA producer of the cluster decode kernel (one thread per CTA, cluster/kernel.cuh): the query tile of each
+// piece into its own CTA, and per block n either the page (the owner rank n % 2: 2 content tiles multicast into
+// both CTAs, its own 2 content tiles, the RoPE tile and the scales unicast) or, in the other CTA, only the
+// arming of the bytes that will land there (the multicast tiles on kv_full, the peer's hand-off push on
+// xchg_full).
+//
+// Arming rule (tests/utils/cluster_protocol.py found it): a CTA arms stage s for block n only after its own
+// kv_empty[s] phase of block n - 6 completed, even where it issues no load. An earlier arm would count in the
+// previous phase. The cluster-wide release (16 warps) also orders the owner's multicast after the other CTA's
+// last reads of the stage, and the owner's RoPE refill after the push that read its hand-off.
+// Early pushes and multicast bytes may land before the arm (the transaction count goes below zero for a while;
+// the phase cannot complete before the arm's arrival).
+#pragma once
+
+#include "kernels/sm90/common/cluster.cuh"
+#include "kernels/sm90/common/mbarrier.cuh"
+#include "kernels/sm90/common/tma.cuh"
+#include "kernels/sm90/decode_fp8/cluster/config.h"
+#include "kernels/sm90/decode_fp8/schedule.cuh"
+#include "kernels/sm90/decode_fp8/traits.h"
+
+namespace snapmla::sm90::decode_fp8::cluster {
+
+// The query tile of piece `req`: 4 warp slabs of rows_per_warp rows (launch.h), tile m_tile, as the wide kernel.
+__device__ __forceinline__ void issue_query_tile_c(const KernelParams& kp, ClusterStorage& ss, int m_tile, int req) {
+  const int rpw = rows_per_warp(kp.p.q_rows);
+  uint64_t* bar = &ss.pair[0].q_full;
+  mbarrier_arrive_expect_tx(bar, q_tx_bytes(rpw));
+#pragma unroll
+  for (int w = 0; w < MATH_WARPS_PER_WG; ++w) {
+    const int q_row = warp_first_q_row(m_tile, w, rpw);
+    constexpr int SLAB = 16 * SWIZZLE_ROW_BYTES;  // 16 rows of 128 B
+#pragma unroll
+    for (int t = 0; t < CONTENT_TILES; ++t)
+      tma_load_3d(ss.q_content[t] + w * SLAB, &kp.tm_q_content, bar, t * SWIZZLE_ROW_BYTES, q_row, req);
+    tma_load_3d(ss.q_rope + w * SLAB, &kp.tm_q_rope, bar, 0, q_row, req);
+  }
+}
+
+// Block n's page `page` at stage view v of this CTA (rank). Called after the stage's kv_empty wait.
+__device__ __forceinline__ void issue_block(const KernelParams& kp, const StageView& v, int page) {
+  if (!v.owned) {
+    mbarrier_arrive_expect_tx(v.kv_full(), PEER_TX_BYTES);
+    mbarrier_arrive_expect_tx(v.xchg_full(), XCHG_BYTES);
+    return;
+  }
+  uint64_t* bar = v.kv_full();
+  mbarrier_arrive_expect_tx(bar, OWNER_TX_BYTES);
+  const int own0 = 2 * v.parity, other0 = 2 * (1 - v.parity);  // first content tile of each rank's dims
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    tma_load_3d(v.pr.own_tiles[i], &kp.tm_kv_content, bar, (own0 + i) * SWIZZLE_ROW_BYTES, 0, page);
+    tma_load_3d_multicast(v.pr.mc[v.parity][i], &kp.tm_kv_content, bar, (other0 + i) * SWIZZLE_ROW_BYTES, 0, page,
+                          0x3);
+  }
+  tma_load_3d(v.pr.own_rope, &kp.tm_kv_rope, bar, 0, 0, page);
+  tma_load_2d(v.pr.own_scale, &kp.tm_kv_scale, bar, 0, page);
+}
+
+// Warp 0 of the producer warpgroup; lane 0 issues. Page ids 32 at a time per warp, as run_producer.
+__device__ void run_producer_c(const KernelParams& kp, ClusterStorage& ss, const SchedRow& row, int m_tile) {
+  const DecodeParams& p = kp.p;
+  const int lane = threadIdx.x % 32;
+  int n = 0;  // running block index
+  int piece = 0;
+  for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
+    const Piece pc = make_piece(p, row, req);
+    const int* bt = p.block_table + static_cast<int64_t>(req) * p.block_table_batch_stride;  // (b, max_pages)
+    auto chunk_ids = [&](int c) {
+      const int blk = pc.blk_begin + 32 * c + lane;
+      return blk < pc.blk_end ? bt[blk] : 0;  // past blk_end: never read (garbage or sentinels)
+    };
+    int ids = chunk_ids(0);
+    if (lane == 0) {
+      if (piece > 0) mbarrier_wait(&ss.pair[0].q_empty, (piece - 1) & 1);
+      issue_query_tile_c(kp, ss, m_tile, req);
+    }
+    for (int c = 0; 32 * c < pc.blk_end - pc.blk_begin; ++c) {
+      const int next_ids = chunk_ids(c + 1);
+      const int in_chunk = min(32, pc.blk_end - pc.blk_begin - 32 * c);
+#pragma unroll 1
+      for (int k = 0; k < in_chunk; ++k, ++n) {
+        const int page = __shfl_sync(0xffffffffu, ids, k);
+        if (lane == 0) {
+          const StageView v = stage_view(ss, n);
+          if (n >= KV_STAGES_C) mbarrier_wait(v.kv_empty(), stage_phase(n) ^ 1);
+          issue_block(kp, v, page);
+        }
+        __syncwarp();
+      }
+      ids = next_ids;
+    }
+  }
+}
+
+}  // namespace snapmla::sm90::decode_fp8::cluster

@@ -1,0 +1,39 @@
+// Explicit instantiation of the 2-CTA cluster decode kernel (cluster/kernel.cuh) for the FP8 (e4m3) SnapMLA
+// cache, and its launcher (called by launch_decode_fp8 when SNAPMLA_DECODE_KERNEL=cluster and q_rows > 16).
+#include <cuda_fp8.h>
+
+#include "common/cuda_check.h"
+#include "common/pdl.h"
+#include "kernels/sm90/decode_fp8/cluster/kernel.cuh"
+#include "kernels/sm90/decode_fp8/kernel_params.h"
+#include "kernels/sm90/decode_fp8/launch.h"
+
+namespace snapmla::sm90::decode_fp8 {
+
+template __global__ void cluster::snapmla_decode_fp8_cluster_kernel<__nv_fp8_e4m3>(
+    const __grid_constant__ KernelParams kp);
+
+void launch_decode_fp8_cluster(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first) {
+  const KernelParams kp = make_kernel_params(params, rows_per_warp(params.q_rows));
+  auto kernel = cluster::snapmla_decode_fp8_cluster_kernel<__nv_fp8_e4m3>;
+  static std::once_flag smem_configured[MAX_DEVICES];
+  opt_in_smem(kernel, cluster::SMEM_BYTES_C, smem_configured);
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster::CLUSTER_CTAS;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(cluster::CLUSTER_CTAS * num_m_tiles(params.q_rows), params.num_sm_parts);
+  cfg.blockDim = dim3(NUM_THREADS);
+  cfg.dynamicSmemBytes = cluster::SMEM_BYTES_C;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 2 : 1;
+  if (launch_first) launch_first();
+  SNAPMLA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
+}
+
+}  // namespace snapmla::sm90::decode_fp8
