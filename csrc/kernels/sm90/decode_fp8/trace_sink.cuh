@@ -23,7 +23,7 @@
 
 namespace snapmla::sm90::decode_fp8 {
 
-enum TraceKind : int { TRACE_PHASE_LINE = 0, TRACE_CTA_LINE = 1, TRACE_BLOCK_LINE = 2 };
+enum TraceKind : int { TRACE_PHASE_LINE = 0, TRACE_CTA_LINE = 1, TRACE_BLOCK_LINE = 2, TRACE_CLUSTER_PHASE_LINE = 3 };
 enum TraceName : int { TRACE_WIDE = 0, TRACE_NARROW = 1, TRACE_ANY = 2, TRACE_PROD = 3, TRACE_MATH0 = 4,
                        TRACE_MATH1 = 5 };
 
@@ -91,6 +91,14 @@ static __global__ void snapmla_trace_print_kernel() {
              "piece_edges %llu epilogue %llu\n",
              l.bx, l.by, l.role, v[10], v[0] / blocks, v[1] / blocks, v[2] / blocks, v[3] / blocks, v[4] / blocks,
              v[5] / blocks, v[6] / blocks, v[7] / blocks, v[8], v[9]);
+    } else if (l.kind == TRACE_CLUSTER_PHASE_LINE) {
+      // v: cluster/phase_trace_c.cuh's accumulators (ClusterPhase order), v[12] the own-block count.
+      const unsigned long long blocks = v[12] > 0 ? v[12] : 1;
+      printf("ctrace cta (%d, %d) wg %d: %llu own blocks; cycles per own block: wait_kv %llu pv_a %llu qk_wait %llu "
+             "softmax %llu pub_pt %llu pv_b %llu wait_state %llu state_pub %llu pv_c %llu pv_wait %llu; per kernel: "
+             "tail %llu epilogue %llu\n",
+             l.bx, l.by, l.role, v[12], v[0] / blocks, v[1] / blocks, v[2] / blocks, v[3] / blocks, v[4] / blocks,
+             v[5] / blocks, v[6] / blocks, v[7] / blocks, v[8] / blocks, v[9] / blocks, v[10], v[11]);
     } else if (l.kind == TRACE_CTA_LINE) {
       printf("ctatrace %s %d %d %u %d %d %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n",
              trace_name(l.kernel), l.bx, l.by, l.sm, l.a, l.b, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8],

@@ -22,6 +22,7 @@
 #include "kernels/sm90/decode_fp8/cluster/config.h"
 #include "kernels/sm90/decode_fp8/cluster/epilogue.cuh"
 #include "kernels/sm90/decode_fp8/cluster/handoff.cuh"
+#include "kernels/sm90/decode_fp8/cluster/phase_trace_c.cuh"
 #include "kernels/sm90/decode_fp8/cluster/softmax_state_free.cuh"
 #include "kernels/sm90/decode_fp8/exchange.cuh"
 #include "kernels/sm90/decode_fp8/narrow/pv.cuh"
@@ -68,8 +69,10 @@ __device__ __forceinline__ void issue_qk_c(float (&sc)[QK_CHAINS_C][32], const C
 // as O^T = O^T * o_scale[column] + acc. The next m-tile's fragments load while the first runs.
 template <bool MASKED>
 __device__ __forceinline__ void pv_block_c(float (&o)[PV_M_TILES_C][32], const StageView& v, int n, int wg, int warp,
-                                           int lane, int n_valid) {
+                                           int lane, int n_valid, ClusterTimer& tm, int phase) {
+  tm.mark(phase);
   mbarrier_wait(v.xchg_full(), stage_phase(n));
+  tm.mark(CP_PV_WAIT);
   const uint32_t tile = smem_u32(v.handoff());
   const uint32_t content = smem_u32(v.my_dims_tile(wg));
   float col_scale[16];
@@ -102,12 +105,13 @@ __device__ __forceinline__ void pv_block_c(float (&o)[PV_M_TILES_C][32], const S
   }
 }
 
+// phase: the trace phase the PV's time goes to (its hand-off wait goes to CP_PV_WAIT); nothing in default builds.
 __device__ __forceinline__ void pv_c(float (&o)[PV_M_TILES_C][32], const StageView& v, int n, int wg, int warp,
-                                     int lane, int n_valid) {
+                                     int lane, int n_valid, ClusterTimer& tm, int phase) {
   if (n_valid >= BLOCK_N)
-    pv_block_c<false>(o, v, n, wg, warp, lane, n_valid);
+    pv_block_c<false>(o, v, n, wg, warp, lane, n_valid, tm, phase);
   else
-    pv_block_c<true>(o, v, n, wg, warp, lane, n_valid);
+    pv_block_c<true>(o, v, n, wg, warp, lane, n_valid, tm, phase);
 }
 
 __device__ void run_math_c(const KernelParams& kp, ClusterStorage& ss, const SchedRow& row, int wg) {
@@ -124,6 +128,7 @@ __device__ void run_math_c(const KernelParams& kp, ClusterStorage& ss, const Sch
 
   int block_idx = 0;  // running index of the piece's first block
   int piece = 0;
+  ClusterTimer tm;  // -DSNAPMLA_TRACE_PHASES only (phase_trace_c.cuh)
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
     float q_mul[2];
@@ -147,12 +152,12 @@ __device__ void run_math_c(const KernelParams& kp, ClusterStorage& ss, const Sch
     if (first_own >= n_blocks) mbarrier_arrive(&ss.pair[0].q_empty);  // no QK of this warpgroup in the piece
 
     int pv_next = 0;  // next local block to run PV for; the piece's last one is left to the epilogue
-    auto pv_upto = [&](int j_last) {
+    auto pv_upto = [&](int j_last, int phase) {
       j_last = min(j_last, n_blocks - 2);
       for (; pv_next <= j_last; ++pv_next) {
         const int n = block_idx + pv_next;
         const StageView v = stage_view(ss, n);
-        pv_c(o, v, n, wg, warp, lane, pc.seqlen - (pc.blk_begin + pv_next) * BLOCK_N);
+        pv_c(o, v, n, wg, warp, lane, pc.seqlen - (pc.blk_begin + pv_next) * BLOCK_N, tm, phase);
         release_stage_c(v, lane);
       }
     };
@@ -160,10 +165,14 @@ __device__ void run_math_c(const KernelParams& kp, ClusterStorage& ss, const Sch
     for (int j = first_own; j < n_blocks; j += OWNER_CYCLE) {
       const int n = block_idx + j;
       const StageView v = stage_view(ss, n);
+      tm.count_block();
+      tm.mark(CP_TAIL);  // what came before the block: the previous one's tail or the piece's start
       mbarrier_wait(v.kv_full(), stage_phase(n));
+      tm.mark(CP_WAIT_KV);
       float sc[QK_CHAINS_C][32];  // not initialised: each chain's first WGMMA has scale-d = 0
       issue_qk_c(sc, ss, v);
-      pv_upto(j - 3);
+      pv_upto(j - 3, CP_PV_A);
+      tm.mark(CP_PV_A);
       wgmma_wait<0>();
 #pragma unroll
       for (int c = 0; c < QK_CHAINS_C; ++c) wgmma_fence_operands(sc[c]);
@@ -171,6 +180,7 @@ __device__ void run_math_c(const KernelParams& kp, ClusterStorage& ss, const Sch
 #pragma unroll
       for (int k = 0; k < 32; ++k) s[k] = sc[0][k] + sc[1][k];
       if (j + OWNER_CYCLE >= n_blocks) mbarrier_arrive(&ss.pair[0].q_empty);  // the last QK of the piece
+      tm.mark(CP_QK_WAIT);
 
       const int blk = pc.blk_begin + j;
       const int n_vis[2] = {limit[0] - blk * BLOCK_N, limit[1] - blk * BLOCK_N};
@@ -189,9 +199,12 @@ __device__ void run_math_c(const KernelParams& kp, ClusterStorage& ss, const Sch
           const float mult[2] = {p8_mult(p_loc[0]), p8_mult(p_loc[1])};
           pack_p(s, mult, p_blk);
         }
+        tm.mark(CP_SOFTMAX);
         publish_pt_c(v, wg, tid, p_blk, row0, t);
       }
-      pv_upto(j - 2);
+      tm.mark(CP_PUB_PT);
+      pv_upto(j - 2, CP_PV_B);
+      tm.mark(CP_PV_B);
       // The state after block j - 1 (owned by the other CTA; its hand-off was pushed here).
       RowState st[2] = {{-INFINITY, 1.f, 0.f}, {-INFINITY, 1.f, 0.f}};
       if (j > 0) {
@@ -200,24 +213,29 @@ __device__ void run_math_c(const KernelParams& kp, ClusterStorage& ss, const Sch
         float unused[2];
         read_block_state(smem_u32(vp.handoff()), row0, st, unused);
       }
+      tm.mark(CP_WAIT_STATE);
       float o_scale[2] = {1.f, 1.f};
       if (live_rows) softmax_state(mx, e_loc, p_loc, st, o_scale);
       publish_state_c(v, wg, tid, st, o_scale, row0, t);
-      pv_upto(j);
+      tm.mark(CP_STATE_PUB);
+      pv_upto(j, CP_PV_C);
+      tm.mark(CP_PV_C);
     }
-    pv_upto(n_blocks - 2);
+    pv_upto(n_blocks - 2, CP_TAIL);
     uint32_t final_tile = 0;
     if (n_blocks > 0) {
       const int n = block_idx + n_blocks - 1;
       const StageView v = stage_view(ss, n);
-      pv_c(o, v, n, wg, warp, lane, pc.seqlen - (pc.blk_end - 1) * BLOCK_N);
+      pv_c(o, v, n, wg, warp, lane, pc.seqlen - (pc.blk_end - 1) * BLOCK_N, tm, CP_TAIL);
       final_tile = smem_u32(v.handoff());
     }
     store_piece_c(p, req, piece_split(p, row, req), m_tile, static_cast<int>(cluster_ctarank()), wg, warp, lane, o,
                   final_tile);
     if (n_blocks > 0) release_stage_c(stage_view(ss, block_idx + n_blocks - 1), lane);
+    tm.mark(CP_EPILOGUE);
     block_idx += n_blocks;
   }
+  tm.print(wg);
 }
 
 }  // namespace snapmla::sm90::decode_fp8::cluster

@@ -34,6 +34,9 @@ void launch_decode_fp8_cluster(const DecodeParams& params, cudaStream_t stream, 
   cfg.numAttrs = pdl_enabled() ? 2 : 1;
   if (launch_first) launch_first();
   SNAPMLA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
+#ifdef SNAPMLA_TRACE_SINK
+  launch_trace_print(stream);  // trace builds: the tracers' lines (trace_sink.cuh)
+#endif
 }
 
 }  // namespace snapmla::sm90::decode_fp8
