@@ -37,6 +37,9 @@ CASES = [  # (b, s_q, h_q, seqlens, causal, num_sm_parts, SNAPMLA_DECODE_KERNEL)
     # between piece 70 of part 0 and piece 0 of part 1.
     (141, 1, 64, [1, 0, 65, 7, 64] * 14 + [5000] + [1, 0, 65, 7, 64] * 14, False, 2, "auto"),
     (141, 1, 16, [1, 0, 65, 7, 64] * 14 + [5000] + [1, 0, 65, 7, 64] * 14, False, 2, "narrow"),
+    # The 2-CTA cluster kernel (cluster/kernel.cuh): causal with splits and an empty request; 2 m-tiles, split.
+    (3, 2, 64, [700, 0, 130], True, 4, "cluster"),
+    (1, 1, 128, [1000], False, 3, "cluster"),
 ]
 
 

@@ -5,15 +5,19 @@
 // tile 2 rank + wg): 2 m-tiles of O^T = V^T . P^T as in the wide kernel (mainloop.cuh), each folded in fp32.
 //
 // Order of a warpgroup's work around its own block j (local index in the piece):
-//   wait the page -> issue QK(j) -> PV of the blocks up to j - 3 (their WGMMAs queue behind the QK) -> QK
-//   retired -> logits, exponentials and P8 against the block's own maxima -> publish P^T -> PV up to j - 2
-//   -> wait the state of block j - 1 (in the other CTA: pushed) -> state of j -> publish it -> PV up to j.
-// PV(k) for every k is done at most ~1 own-block period after k's hand-off: a stage is back to the producer
-// ~1.3 blocks after its hand-off, leaving ~4.7 block periods for the 6-stage ring to refill it.
-// Waits only ever look back (pages of earlier blocks released, hand-offs of earlier blocks): no cycle.
+//   PV of the blocks up to j - 3 -> wait the page -> QK(j) issued and retired -> logits, exponentials and P8
+//   against the block's own maxima -> publish P^T -> PV up to j - 2 -> wait the state of block j - 1 (from the
+//   other CTA) -> state of j -> publish it -> PV up to j.
+// Each PV waits for its block's page in this CTA and for its hand-off. A stage is back to the producer ~1-1.5
+// blocks after its hand-off, leaving ~4.5 block periods for the 6-stage ring to refill it. Waits only ever look
+// back (pages of earlier blocks released, hand-offs of earlier blocks): no cycle.
+// Measured (phase trace, b64 h_q 64 16k, H200, 2026-12-02; cycles per own block = 4 blocks of the walk, per
+// warpgroup): PV up to j - 3 705, page 200, QK 825, softmax 1235, P^T 190, PV up to j - 2 675, state wait 195,
+// state 575, PV up to j 1400, hand-off waits inside the PVs 1080: ~7100, i.e. ~1775 per block per pair, where the
+// wide kernel takes ~2860 per block and SM (docs/cluster_kernel.md, "Measured").
 //
-// Registers per thread: O^T 2 x 32; QK 2 chains x 32 in flight over the PV of blocks up to j - 3 (an m-tile
-// accumulator 32, A fragments 2 x 8, column scales 16); the softmax in the QK registers; 8 P words.
+// Registers per thread: O^T 2 x 32; QK 2 chains x 32 (not live across a PV); during a PV both m-tile
+// accumulators 2 x 32, A fragments 2 x 8, column scales 16; the softmax in the QK registers; 8 P words.
 #pragma once
 
 #include "kernels/sm90/common/cluster.cuh"
@@ -64,44 +68,51 @@ __device__ __forceinline__ void issue_qk_c(float (&sc)[QK_CHAINS_C][32], const C
   wgmma_commit();
 }
 
-// PV of block n (stage v) for this warpgroup's 128 dims, after waiting for the block's hand-off: per m-tile, a
-// fresh accumulator from 2 RS QGMMA m64n64k32 (A = V^T fragments of content tile 2 rank + wg, B = P^T), folded
-// as O^T = O^T * o_scale[column] + acc. The next m-tile's fragments load while the first runs.
+// PV of block n (stage v) for this warpgroup's 128 dims: both m-tiles in flight at once, each a fresh
+// accumulator from 2 RS QGMMA m64n64k32 (A = V^T fragments of content tile 2 rank + wg, B = P^T), then folded as
+// O^T = O^T * o_scale[column] + acc. The V^T fragments load after this CTA's copy of the page landed (kv_full:
+// a multicast completes in each CTA on its own, so the owner's hand-off does not imply the content is here) and
+// before the wait for the hand-off; the column scales load while the WGMMAs run.
+// With O^T at 64 registers both accumulators fit (64 + 64 + 16 fragments + 16 scales); one m-tile at a time
+// (the wide kernel's order) measured ~950 cycles per block and warpgroup (phase trace, H200, 2026-12-02).
 template <bool MASKED>
 __device__ __forceinline__ void pv_block_c(float (&o)[PV_M_TILES_C][32], const StageView& v, int n, int wg, int warp,
                                            int lane, int n_valid, ClusterTimer& tm, int phase) {
   tm.mark(phase);
+  mbarrier_wait(v.kv_full(), stage_phase(n));
+  const uint32_t content = smem_u32(v.my_dims_tile(wg));
+  uint32_t a[PV_M_TILES_C][PV_STEPS][4];
+#pragma unroll
+  for (int mt = 0; mt < PV_M_TILES_C; ++mt) {
+    narrow::load_v_frags<MASKED>(a[mt], content, mt, warp, lane, n_valid);
+#pragma unroll
+    for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[mt][g]);
+  }
   mbarrier_wait(v.xchg_full(), stage_phase(n));
   tm.mark(CP_PV_WAIT);
   const uint32_t tile = smem_u32(v.handoff());
-  const uint32_t content = smem_u32(v.my_dims_tile(wg));
-  float col_scale[16];
-  read_col_scales(tile, lane % 4, col_scale);
   const uint64_t pt_desc = make_smem_desc(tile, 8 * BLOCK_N, SmemSwizzle::k64B);  // P^T: 512 B per 8 rows of 64 B
-  uint32_t a[2][PV_STEPS][4];
-  narrow::load_v_frags<MASKED>(a[0], content, 0, warp, lane, n_valid);
+  float acc[PV_M_TILES_C][32];
 #pragma unroll
-  for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[0][g]);
+  for (int mt = 0; mt < PV_M_TILES_C; ++mt) wgmma_fence_operands(acc[mt]);
+  wgmma_arrive();
 #pragma unroll
   for (int mt = 0; mt < PV_M_TILES_C; ++mt) {
-    float acc[32];
-    wgmma_fence_operands(acc);
-    wgmma_arrive();
 #pragma unroll
     for (int g = 0; g < PV_STEPS; ++g)
-      wgmma_m64n64k32_e4m3_rs(acc, a[mt][g], pt_desc + ((g * K_STEP_BYTES) >> 4), g > 0);
-    wgmma_commit();
-    if (mt + 1 < PV_M_TILES_C) {
-      narrow::load_v_frags<MASKED>(a[mt + 1], content, mt + 1, warp, lane, n_valid);
+      wgmma_m64n64k32_e4m3_rs(acc[mt], a[mt][g], pt_desc + ((g * K_STEP_BYTES) >> 4), g > 0);
+  }
+  wgmma_commit();
+  float col_scale[16];
+  read_col_scales(tile, lane % 4, col_scale);
+  wgmma_wait<0>();
 #pragma unroll
-      for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[mt + 1][g]);
-    }
-    wgmma_wait<0>();
-    wgmma_fence_operands(acc);
+  for (int mt = 0; mt < PV_M_TILES_C; ++mt) {
+    wgmma_fence_operands(acc[mt]);
 #pragma unroll
     for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[mt][g]);
 #pragma unroll
-    for (int k = 0; k < 32; ++k) o[mt][k] = fmaf(o[mt][k], col_scale[2 * (k / 4) + k % 2], acc[k]);
+    for (int k = 0; k < 32; ++k) o[mt][k] = fmaf(o[mt][k], col_scale[2 * (k / 4) + k % 2], acc[mt][k]);
   }
 }
 
@@ -167,12 +178,12 @@ __device__ void run_math_c(const KernelParams& kp, ClusterStorage& ss, const Sch
       const StageView v = stage_view(ss, n);
       tm.count_block();
       tm.mark(CP_TAIL);  // what came before the block: the previous one's tail or the piece's start
+      pv_upto(j - 3, CP_PV_A);
+      tm.mark(CP_PV_A);
       mbarrier_wait(v.kv_full(), stage_phase(n));
       tm.mark(CP_WAIT_KV);
       float sc[QK_CHAINS_C][32];  // not initialised: each chain's first WGMMA has scale-d = 0
       issue_qk_c(sc, ss, v);
-      pv_upto(j - 3, CP_PV_A);
-      tm.mark(CP_PV_A);
       wgmma_wait<0>();
 #pragma unroll
       for (int c = 0; c < QK_CHAINS_C; ++c) wgmma_fence_operands(sc[c]);
