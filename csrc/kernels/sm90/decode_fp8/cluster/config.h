@@ -91,7 +91,9 @@ struct StageView {
   bool owned;
 
   // The content tile with this CTA's dims for math warpgroup wg (tile 2 rank + wg of the page).
-  __device__ __forceinline__ uint8_t* my_dims_tile(int wg) const { return owned ? pr.own_tiles[wg] : pr.mc[parity][wg]; }
+  __device__ __forceinline__ uint8_t* my_dims_tile(int wg) const {
+    return owned ? pr.own_tiles[wg] : pr.mc[parity][wg];
+  }
   // Owner only: content tile t (0..3) of the page, for its QK.
   __device__ __forceinline__ uint8_t* owner_tile(int t) const {
     const bool mine = (t / 2) == parity;  // the owner's own dims are tiles 2 parity, 2 parity + 1

@@ -21,8 +21,9 @@ namespace snapmla::sm90::decode_fp8::cluster {
 // After softmax_logits (softmax.cuh half 1: s = base-2 logits, -inf where masked; mx = row maxima). Out: s holds
 // p''_j (0 where masked), e_loc[r] = sum_j 2^(x2_j - mx) and p_loc[r] = max_j p''_j per row (quad-reduced).
 template <bool MASKED>
-__device__ __forceinline__ void softmax_block_local(float (&s)[32], const float (&k_scale)[BLOCK_N], const float (&mx)[2],
-                                                    const int (&n_vis)[2], int t, float (&e_loc)[2], float (&p_loc)[2]) {
+__device__ __forceinline__ void softmax_block_local(float (&s)[32], const float (&k_scale)[BLOCK_N],
+                                                    const float (&mx)[2], const int (&n_vis)[2], int t,
+                                                    float (&e_loc)[2], float (&p_loc)[2]) {
   float ks[16];
   load_k_scales(k_scale, t, ks);
 #pragma unroll
