@@ -33,6 +33,8 @@ inline constexpr int PEER_TX_BYTES = MC_TILE_BYTES;                          // 
 inline constexpr int XCHG_PT_PUSH_BYTES = XCHG_PT_BYTES;                     // 4096, pushed once P8 is packed
 inline constexpr int XCHG_STATE_PUSH_BYTES = XCHG_BYTES - XCHG_PT_BYTES;     // 1280, pushed with the state
 static_assert(XCHG_PT_PUSH_BYTES % 16 == 0 && XCHG_STATE_PUSH_BYTES % 16 == 0, "bulk copies move 16-B units");
+static_assert(XCHG_STATE_OFFSET == XCHG_PT_PUSH_BYTES && XCHG_PT_PUSH_BYTES + XCHG_STATE_PUSH_BYTES == XCHG_BYTES,
+              "the two pushes (offsets 0 and XCHG_STATE_OFFSET) cover exactly the XCHG_BYTES the peer arms");
 
 // QK in 2 fp32-promoted chains of 8 FP8 k-steps, the RoPE k-group into the second (as the wide kernel's issue_qk,
 // mainloop.cuh, which says why).
