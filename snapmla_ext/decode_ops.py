@@ -6,7 +6,8 @@ flash_mla_with_kvcache` replaces `from flash_mla import ...`; `k_cache` is the S
 Split-KV: the scheduler (torch.ops.snapmla.get_mla_metadata, one device kernel, no host sync) cuts the KV work
 of the batch into `num_sm_parts` balanced runs of 64-token blocks; the decode kernel runs one CTA column per
 part and a combine kernel merges requests split across parts. Default num_sm_parts =
-max(sm_count // ceil(s_q * h_q / 64) // num_heads_k, 1), as FlashMLA. Forcing more parts (for tests, or to
+max(sm_count // ceil(s_q * h_q / 64) // num_heads_k, 1), as FlashMLA (halved for the opt-in cluster kernel,
+SNAPMLA_DECODE_KERNEL=cluster, which runs each part on a pair of SMs). Forcing more parts (for tests, or to
 study the split path): pass `num_sm_parts=` to get_mla_metadata, or set SNAPMLA_FORCE_SPLIT=<num_sm_parts>.
 
 Everything here is CUDA-graph capturable (metadata, Q quantization, decode and combine are device work only).
@@ -30,6 +31,7 @@ BLOCK_M = 64  # query rows (s * h_q + h) per decode CTA; csrc/kernels/sm90/decod
 # q_rows up to which the narrow kernel runs (launch.h NARROW_MAX_Q_ROWS; SNAPMLA_DECODE_KERNEL=wide overrides)
 NARROW_MAX_Q_ROWS = 16
 SCHED_META_INTS = 8  # int32 per tile_scheduler_metadata row; csrc/kernels/sched/sched_meta.h
+CLUSTER_CTAS = 2  # CTAs per part of the cluster decode kernel; csrc/kernels/sm90/decode_fp8/cluster/config.h
 CPU_PLAN_SM_COUNT = 132  # SMs assumed when planning for CPU seqlens (H100 SXM / H200): the CPU plan mirrors a GPU's
 
 
@@ -42,7 +44,8 @@ def _sm_count(device: torch.device) -> int:
 
 def default_num_sm_parts(num_q_tokens_per_head_k: int, num_heads_k: int = 1, device="cuda") -> int:
     """FlashMLA's default: one CTA per SM across the M tiles, i.e. max(sm_count // num_m_tiles // h_k, 1), with
-    num_m_tiles = ceil(s_q * h_q / 64). SNAPMLA_FORCE_SPLIT=<n> overrides it (n >= 1)."""
+    num_m_tiles = ceil(s_q * h_q / 64), halved when SNAPMLA_DECODE_KERNEL=cluster runs s_q * h_q > 16 (a pair of
+    SMs per part). SNAPMLA_FORCE_SPLIT=<n> overrides it (n >= 1)."""
     forced = os.environ.get("SNAPMLA_FORCE_SPLIT")
     if forced:
         try:
@@ -61,10 +64,10 @@ def default_num_sm_parts(num_q_tokens_per_head_k: int, num_heads_k: int = 1, dev
     return max(_sm_count(device) // max(num_m_tiles, 1) // max(int(num_heads_k), 1) // per_part, 1)
 
 
-CLUSTER_CTAS = 2  # CTAs per part of the cluster decode kernel; csrc/kernels/sm90/decode_fp8/cluster/config.h
-
-
 def _cluster_kernel_chosen(q_rows: int) -> bool:
+    """Mirrors instantiations/decode_fp8_e4m3.cu choose_kernel for the one case that changes the parts (the
+    launcher reads the same variable per call). Metadata computed before the variable was set still works on
+    the cluster kernel, at twice the clusters the GPU holds at once (two waves)."""
     return q_rows > NARROW_MAX_Q_ROWS and os.environ.get("SNAPMLA_DECODE_KERNEL") == "cluster"
 
 

@@ -75,6 +75,14 @@ def test_torch_compile_matches_eager():
     assert_bitwise_equal(lse, eager_lse, "lse")
 
 
+@pytest.mark.parametrize("num_sm_parts", [None, 300], ids=["default_parts", "forced_split"])
+def test_graph_replay_cluster_kernel(monkeypatch, num_sm_parts):
+    """The 2-CTA cluster kernel (SNAPMLA_DECODE_KERNEL=cluster; its launch has the cluster and the PDL attribute)
+    captured and replayed with new seqlens, against eager calls."""
+    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "cluster")
+    test_graph_replay_with_new_seqlens(step_old_style, num_sm_parts)
+
+
 def test_graph_replay_narrow_kernel(monkeypatch):
     """The narrow kernel (q_rows <= 16, forced, whatever the automatic choice) captured and replayed with new
     seqlens, forced split."""

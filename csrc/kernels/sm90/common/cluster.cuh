@@ -18,6 +18,12 @@ __device__ __forceinline__ uint32_t cluster_ctarank() {
   return r;
 }
 
+__device__ __forceinline__ uint32_t cluster_nctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+  return r;
+}
+
 // The shared::cluster address of shared::cta address `cta_addr` in CTA `rank` of the cluster (the same offset).
 __device__ __forceinline__ uint32_t map_to_rank(uint32_t cta_addr, uint32_t rank) {
   uint32_t r;
@@ -31,9 +37,10 @@ __device__ __forceinline__ void cluster_sync_all() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
-// One arrival on an mbarrier of another CTA of the cluster (remote_bar from map_to_rank). No release at cluster
-// scope (that form compiles to MEMBAR.GPU): for an "empty" barrier only the read-then-overwrite order is needed,
-// as for mbarrier.cuh release_stage.
+// One arrival on an mbarrier of another CTA of the cluster (remote_bar from map_to_rank), with the default
+// .release.cta semantics: CUTLASS's ClusterBarrier::arrive(cta_id) form. Not a cluster-scope release (that form
+// compiles to MEMBAR.GPU): for an "empty" barrier only the read-then-overwrite order is needed, as for
+// mbarrier.cuh release_stage, and the arriving warp's reads are complete (retired WGMMAs, consumed loads).
 __device__ __forceinline__ void mbarrier_arrive_remote(uint32_t remote_bar) {
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote_bar) : "memory");
 }

@@ -10,7 +10,12 @@
 
 namespace snapmla::sm90::decode_fp8::cluster {
 
+// Names here carry a _C suffix where the wide kernel (decode_fp8/config.h) has the same quantity with another
+// value (KV_STAGES 4 vs KV_STAGES_C 6, ...): the cluster namespace would otherwise shadow them silently.
 inline constexpr int CLUSTER_CTAS = 2;
+static_assert(CLUSTER_CTAS == 2, "the peer is rank ^ 1 (peer_rank) and stage ownership is s % 2");
+inline constexpr uint16_t MC_CTA_MASK = (1u << CLUSTER_CTAS) - 1;  // multicast into both CTAs
+inline constexpr int TILES_PER_RANK = CONTENT_TILES / CLUSTER_CTAS;  // 2 content tiles of each rank's dims
 // Block n of the walk is owned by CTA rank n % 2 and, in it, by math warpgroup (n / 2) % 2: warpgroup
 // (rank, wg) owns the blocks with n % 4 == rank + 2 wg.
 inline constexpr int OWNER_CYCLE = CLUSTER_CTAS * NUM_MATH_WG;  // 4
@@ -33,15 +38,14 @@ inline constexpr int PEER_TX_BYTES = MC_TILE_BYTES;                          // 
 inline constexpr int XCHG_PT_PUSH_BYTES = XCHG_PT_BYTES;                     // 4096, pushed once P8 is packed
 inline constexpr int XCHG_STATE_PUSH_BYTES = XCHG_BYTES - XCHG_PT_BYTES;     // 1280, pushed with the state
 static_assert(XCHG_PT_PUSH_BYTES % 16 == 0 && XCHG_STATE_PUSH_BYTES % 16 == 0, "bulk copies move 16-B units");
-static_assert(XCHG_STATE_OFFSET == XCHG_PT_PUSH_BYTES && XCHG_PT_PUSH_BYTES + XCHG_STATE_PUSH_BYTES == XCHG_BYTES,
-              "the two pushes (offsets 0 and XCHG_STATE_OFFSET) cover exactly the XCHG_BYTES the peer arms");
+static_assert(XCHG_STATE_OFFSET == XCHG_PT_PUSH_BYTES, "the state push starts where P^T's ends: together XCHG_BYTES");
 
 // QK in 2 fp32-promoted chains of 8 FP8 k-steps, the RoPE k-group into the second (as the wide kernel's issue_qk,
 // mainloop.cuh, which says why).
 inline constexpr int QK_CHAINS_C = 2;
 
-// Register split: O^T 64 + QK 2 x 32 (in flight while the PV of an earlier block runs: accumulator 32, A
-// fragments 16, column scales 16) per math thread; one TMA thread.
+// Register split: O^T 64 + QK 2 x 32 (not live across a PV), or during a PV 2 m-tile accumulators 2 x 32, A
+// fragments 2 x 8 and column scales 16, per math thread; one TMA thread.
 inline constexpr int MATH_REGS_C = 232;
 inline constexpr int PRODUCER_REGS_C = 40;
 static_assert(NUM_MATH_WG * MATH_REGS_C + PRODUCER_REGS_C <= 3 * LAUNCH_REGS, "register pool of the CTA");
@@ -58,7 +62,8 @@ inline constexpr int KV_EMPTY_ARRIVALS_C = CLUSTER_CTAS * NUM_MATH_WG * MATH_WAR
 //   own_rope      8192  the owned stage's RoPE tile, then its hand-off (exchange.cuh layout)
 //   peer_handoff  5376  the other stage's hand-off, pushed by the peer's owner (exchange.cuh layout)
 //   own_scale      256  the owned stage's 64 k scales
-//   barriers       144  kv_full, kv_empty, xchg_full of both stages (and the query tile's, in pair 0)
+//   barriers        64  kv_full, kv_empty, xchg_full of both stages, q_full, q_empty (used in pair 0)
+//   (padding       448  to the pair's 1024-B alignment)
 // 63488 B per pair (1024-aligned), 3 pairs.
 struct alignas(1024) StagePair {
   uint8_t mc[2][2][CONTENT_TILE_BYTES];
@@ -109,6 +114,7 @@ struct StageView {
 
 // The rank is read from %cluster_ctarank at each use (asm volatile: one S2R) rather than kept in a register
 // across the math loop, where it was the one value ptxas spilled.
+__device__ __forceinline__ uint32_t peer_rank() { return cluster_ctarank() ^ 1; }
 __device__ __forceinline__ StageView stage_view(ClusterStorage& ss, int n) {
   const int s = n % KV_STAGES_C;
   return StageView{ss.pair[s / 2], s % 2, (s % 2) == static_cast<int>(cluster_ctarank())};

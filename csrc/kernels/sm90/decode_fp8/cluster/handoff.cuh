@@ -4,8 +4,9 @@
 // bulk shared -> peer-shared copies (async proxy, completing their bytes on the peer's xchg_full): P^T (4096 B)
 // as soon as P8 is packed, the state (1280 B) once the previous block's state arrived. The peer's xchg_full
 // completes when its producer armed it and both copies landed; the local one when the owner's 128 threads
-// arrived after their state stores. Measured hop of a 2-6 KB message between the SMs of a pair: ~440-640
-// cycles (scripts/microbench/cluster_handoff.cu, H200, 2026-12-02).
+// arrived after their state stores. The hop of these bulk copies is not measured:
+// scripts/microbench/cluster_handoff.cu measured st.async (440-640 cycles for 2-6 KB, H200, 2026-12-02), not
+// cp.async.bulk between shared memories.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,7 @@ inline constexpr int BAR_OWNER_WG0 = 1;  // named barrier of math warpgroup wg: 
 __device__ __forceinline__ void push_to_peer(const StageView& v, int wg, int tid, uint32_t offset, uint32_t bytes) {
   named_barrier_sync(BAR_OWNER_WG0 + wg, WG_THREADS);
   if (tid == 0) {
-    const uint32_t peer = cluster_ctarank() ^ 1;
+    const uint32_t peer = peer_rank();
     bulk_copy_to_peer(map_to_rank(smem_u32(v.pr.peer_handoff) + offset, peer), smem_u32(v.pr.own_rope) + offset,
                       bytes, map_to_rank(smem_u32(v.xchg_full()), peer));
   }
@@ -55,7 +56,7 @@ __device__ __forceinline__ void release_stage_c(const StageView& v, int lane) {
   __syncwarp();
   if (lane == 0) {
     mbarrier_arrive(v.kv_empty());
-    mbarrier_arrive_remote(map_to_rank(smem_u32(v.kv_empty()), cluster_ctarank() ^ 1));
+    mbarrier_arrive_remote(map_to_rank(smem_u32(v.kv_empty()), peer_rank()));
   }
 }
 

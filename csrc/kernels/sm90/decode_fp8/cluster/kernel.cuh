@@ -36,6 +36,8 @@ __global__ void __launch_bounds__(NUM_THREADS, 1)
   static_assert(KvTraits<KvElem>::NEEDS_V_TRANSPOSE, "the 8-bit cache path (V transposed by ldmatrix)");
   extern __shared__ uint8_t smem_raw[];
   ClusterStorage& ss = aligned_storage<ClusterStorage>(smem_raw);
+  // Launched without the cluster attribute, every mapa below would name a CTA that does not exist.
+  if (cluster_nctarank() != CLUSTER_CTAS) __trap();
   const int rank = static_cast<int>(cluster_ctarank());
 
   if (threadIdx.x == 0) {

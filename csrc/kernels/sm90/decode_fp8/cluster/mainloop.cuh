@@ -80,6 +80,7 @@ __device__ __forceinline__ void pv_block_c(float (&o)[PV_M_TILES_C][32], const S
                                            int lane, int n_valid, ClusterTimer& tm, int phase) {
   tm.mark(phase);
   mbarrier_wait(v.kv_full(), stage_phase(n));
+  tm.mark(CP_PV_WAIT);
   const uint32_t content = smem_u32(v.my_dims_tile(wg));
   uint32_t a[PV_M_TILES_C][PV_STEPS][4];
 #pragma unroll
@@ -88,6 +89,7 @@ __device__ __forceinline__ void pv_block_c(float (&o)[PV_M_TILES_C][32], const S
 #pragma unroll
     for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[mt][g]);
   }
+  tm.mark(phase);  // the fragment loads
   mbarrier_wait(v.xchg_full(), stage_phase(n));
   tm.mark(CP_PV_WAIT);
   const uint32_t tile = smem_u32(v.handoff());

@@ -14,7 +14,7 @@ namespace snapmla::sm90::decode_fp8::cluster {
 
 enum ClusterPhase : int {
   CP_WAIT_KV = 0,   // the own block's page (kv_full)
-  CP_PV_A,          // QK issued, then PV of the blocks up to j - 3 (their hand-off waits apart: CP_PV_WAIT)
+  CP_PV_A,          // PV of the blocks up to j - 3, before the QK (their waits apart: CP_PV_WAIT)
   CP_QK_WAIT,       // the QK retired
   CP_SOFTMAX,       // logits, exponentials, P8
   CP_PUB_PT,        // P^T stored, fenced, the warpgroup gathered, pushed
@@ -22,7 +22,7 @@ enum ClusterPhase : int {
   CP_WAIT_STATE,    // the state of block j - 1 (from the other CTA)
   CP_STATE_PUB,     // the state of j, stored, fenced, arrived, pushed
   CP_PV_C,          // PV up to j
-  CP_PV_WAIT,       // inside the PVs: waits for their blocks' hand-offs
+  CP_PV_WAIT,       // inside the PVs: the waits for their pages (kv_full) and hand-offs (xchg_full)
   CP_TAIL,          // per piece: the PVs after the last own block, the last block's PV
   CP_EPILOGUE,      // per piece: the epilogue
   CP_OWN_BLOCKS,    // count of own blocks

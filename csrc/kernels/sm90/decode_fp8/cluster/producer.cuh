@@ -4,7 +4,7 @@
 // arming of the bytes that will land there (the multicast tiles on kv_full, the peer's hand-off push on
 // xchg_full).
 //
-// Arming rule (tests/utils/cluster_protocol.py found it): a CTA arms stage s for block n only after its own
+// Arming rule (the protocol model, tests/utils/cluster_protocol.py, found it): a CTA arms stage s for block n only after its own
 // kv_empty[s] phase of block n - 6 completed, even where it issues no load. An earlier arm would count in the
 // previous phase. The cluster-wide release (16 warps) also orders the owner's multicast after the other CTA's
 // last reads of the stage, and the owner's RoPE refill after the push that read its hand-off.
@@ -46,12 +46,13 @@ __device__ __forceinline__ void issue_block(const KernelParams& kp, const StageV
   }
   uint64_t* bar = v.kv_full();
   mbarrier_arrive_expect_tx(bar, OWNER_TX_BYTES);
-  const int own0 = 2 * v.parity, other0 = 2 * (1 - v.parity);  // first content tile of each rank's dims
+  // First content tile of the owner's dims and of the other rank's.
+  const int own0 = TILES_PER_RANK * v.parity, other0 = TILES_PER_RANK * (1 - v.parity);
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < TILES_PER_RANK; ++i) {
     tma_load_3d(v.pr.own_tiles[i], &kp.tm_kv_content, bar, (own0 + i) * SWIZZLE_ROW_BYTES, 0, page);
     tma_load_3d_multicast(v.pr.mc[v.parity][i], &kp.tm_kv_content, bar, (other0 + i) * SWIZZLE_ROW_BYTES, 0, page,
-                          0x3);
+                          MC_CTA_MASK);
   }
   tma_load_3d(v.pr.own_rope, &kp.tm_kv_rope, bar, 0, 0, page);
   tma_load_2d(v.pr.own_scale, &kp.tm_kv_scale, bar, 0, page);

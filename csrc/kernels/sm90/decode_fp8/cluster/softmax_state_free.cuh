@@ -8,10 +8,13 @@
 //   with mx = the block's row maximum, m_n = max(m_{n-1}, mx) and c = 2^(mx - m_n), the block's p'_j are
 //   c p''_j with p''_j = 2^(x2_j - mx) k_scale_j, so P8_j = e4m3(p''_j 448 / max(p_loc, P_FLOOR)) equals
 //   e4m3(p'_j inv_n) whenever c p_loc >= P_FLOOR (p_loc = max_j p''_j).
-//   A block more than 2^60 below the running maximum (c p_loc < P_FLOOR, c = 0 included) keeps SPEC's
-//   inv_n = 448 / P_FLOOR while its P8 carries up to 1 / c more weight than SPEC's (which may be all zero): its
-//   P8 then stands for at most P_FLOOR of the running maximum's mass, so O~ / L~ moves by less than 2^-60
-//   relative. tests/test_decode_kernel_gpu.py test_block_far_above_the_others runs such blocks.
+//   A block with c p_loc < P_FLOOR keeps SPEC's inv_n = 448 / P_FLOOR while its P8 carries up to
+//   P_FLOOR / (c p_loc) more weight than SPEC's (which may be all zero). Since p_loc >= the smallest k scale >=
+//   AMAX_FLOOR / 448 ~ 2^-22.8, that starts ~37 binades below the running maximum, and the block then stands
+//   for at most 64 P_FLOOR / p'_max of the mass: O~ / L~ move by ~2^-31 relative at most. Where c flushes to 0
+//   (> 126 binades below) the block is still counted as seen and moves the state to the P_FLOOR domain (the
+//   wide kernel leaves the state as it is there); the values stay finite. tests/test_decode_kernel_gpu.py
+//   test_block_far_above_the_others runs such blocks (~144 binades below) on both kernels.
 #pragma once
 
 #include "kernels/sm90/decode_fp8/softmax.cuh"

@@ -13,6 +13,32 @@ namespace snapmla::sm90::decode_fp8 {
 template __global__ void cluster::snapmla_decode_fp8_cluster_kernel<__nv_fp8_e4m3>(
     const __grid_constant__ KernelParams kp);
 
+namespace {
+
+// Once per device: can a pair of 384-thread CTAs with 227 KB of shared memory each be co-scheduled at all (not
+// under MIG slices or MPS limits that leave no GPC with two free SMs)? Else the launch would fail with a generic
+// CUDA error; this names the setting instead.
+template <typename Kernel>
+void check_clusters_fit(Kernel kernel, const cudaLaunchConfig_t& cfg) {
+  int device = 0;
+  SNAPMLA_CUDA_CHECK(cudaGetDevice(&device));
+  TORCH_CHECK(device >= 0 && device < MAX_DEVICES, "decode_fp8: device index ", device, " >= ", MAX_DEVICES);
+  static std::once_flag checked[MAX_DEVICES];
+  static int clusters[MAX_DEVICES];
+  std::call_once(checked[device], [&] {
+    // The query sees the cluster attribute only (as scripts/microbench/cluster_handoff.cu asks it), not PDL's.
+    cudaLaunchConfig_t query = cfg;
+    query.numAttrs = 1;
+    query.stream = nullptr;
+    SNAPMLA_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters[device], kernel, &query));
+  });
+  TORCH_CHECK(clusters[device] > 0, "SNAPMLA_DECODE_KERNEL=cluster: no 2-CTA cluster of the cluster decode kernel ",
+              "fits on device ", device, " (cudaOccupancyMaxActiveClusters = ", clusters[device],
+              "); unset SNAPMLA_DECODE_KERNEL to run the wide kernel");
+}
+
+}  // namespace
+
 void launch_decode_fp8_cluster(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first) {
   const KernelParams kp = make_kernel_params(params, rows_per_warp(params.q_rows));
   auto kernel = cluster::snapmla_decode_fp8_cluster_kernel<__nv_fp8_e4m3>;
@@ -32,6 +58,7 @@ void launch_decode_fp8_cluster(const DecodeParams& params, cudaStream_t stream, 
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = pdl_enabled() ? 2 : 1;
+  check_clusters_fit(kernel, cfg);
   if (launch_first) launch_first();
   SNAPMLA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, kp));
 #ifdef SNAPMLA_TRACE_SINK
