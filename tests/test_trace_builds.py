@@ -44,7 +44,8 @@ def _waits(cuobjdump, obj):
 
 
 @pytest.mark.parametrize("src,flag", [("decode_fp8_e4m3.cu", "SNAPMLA_TRACE_PHASES"),
-                                      ("decode_fp8_e4m3_narrow.cu", "SNAPMLA_TRACE_BLOCKS")])
+                                      ("decode_fp8_e4m3_narrow.cu", "SNAPMLA_TRACE_BLOCKS"),
+                                      ("decode_fp8_e4m3_cluster.cu", "SNAPMLA_TRACE_PHASES")])
 def test_trace_build_keeps_the_wgmma_pipeline(tmp_path, src, flag):
     cuobjdump = _tools()
     (tmp_path / "trace").mkdir()
