@@ -126,31 +126,22 @@ __device__ __forceinline__ void softmax_logits(float (&s)[32], const float (&k_s
   for (int r = 0; r < 2; ++r) mx[r] = quad_max(mx[r]);
 }
 
-// Half 2, given st = the state after the previous block of the piece. Out: s holds p'_j (0 where masked), st
-// the state after this block, o_scale[r] the factor O~ takes before this block's PV is added. The update is
-// computed for every row and kept by select (no branch on p_max, see half 1); where it is dropped (no visible
-// token) its operands are finite or its NaN never selected: 448 / max(0, P_FLOOR) is finite, and the
-// 2^(-inf - -inf) of a row that has seen nothing yet is replaced by the 0 of the select before it.
+// The block's exponentials against m_use[r] per row (0 for a row that has seen nothing: its logits are all
+// -inf): s <- p'_j = 2^(x2_j - m_use) k_scale_j (0 by select where masked, never 0 * k_scale: an unused slot's
+// scale may be NaN), e_sum[r] = sum_j 2^(x2_j - m_use), p_max[r] = max_j p'_j, both quad-reduced. Shared by
+// half 2 below (m_use = the new running maximum) and the cluster kernel's state-free order (the block's own).
 template <bool MASKED>
-__device__ __forceinline__ void softmax_probs(float (&s)[32], const float (&k_scale)[BLOCK_N], const float (&mx)[2],
-                                              const int (&n_vis)[2], int t, RowState (&st)[2], float (&o_scale)[2]) {
-  float ks[16];  // read again rather than kept from half 1: 16 registers at the math warpgroups' peak
-  load_k_scales(k_scale, t, ks);
-  // Three passes over the two rows (exponentials, quad reductions, state update) rather than one per row: the
-  // division's slow-path call is a scheduling barrier, so per-row code ran the rows' chains one after the other.
-  float m_new[2], e_sum[2], p_max[2];
+__device__ __forceinline__ void block_exps(float (&s)[32], const float (&ks)[16], const float (&m_use)[2],
+                                           const int (&n_vis)[2], int t, float (&e_sum)[2], float (&p_max)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int vis_lim = n_vis[r] - 2 * t;
-    m_new[r] = fmaxf(st[r].m, mx[r]);
-    const float m_use = m_new[r] == -INFINITY ? 0.f : m_new[r];
     float sum = 0.f, pmax = 0.f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float ex = fast_exp2(s[4 * i + 2 * r + e] - m_use);  // exactly 0 for a masked (-inf) logit
-        // Masked: the select, not 0 * k_scale (an unused slot's scale may be NaN).
+        const float ex = fast_exp2(s[4 * i + 2 * r + e] - m_use[r]);  // exactly 0 for a masked (-inf) logit
         const float pp = !MASKED || 8 * i + e < vis_lim ? ex * ks[2 * i + e] : 0.f;
         sum += ex;
         pmax = fmaxf(pmax, pp);
@@ -165,6 +156,27 @@ __device__ __forceinline__ void softmax_probs(float (&s)[32], const float (&k_sc
     e_sum[r] = quad_sum(e_sum[r]);
     p_max[r] = quad_max(p_max[r]);
   }
+}
+
+// Half 2, given st = the state after the previous block of the piece. Out: s holds p'_j (0 where masked), st
+// the state after this block, o_scale[r] the factor O~ takes before this block's PV is added. The update is
+// computed for every row and kept by select (no branch on p_max, see half 1); where it is dropped (no visible
+// token) its operands are finite or its NaN never selected: 448 / max(0, P_FLOOR) is finite, and the
+// 2^(-inf - -inf) of a row that has seen nothing yet is replaced by the 0 of the select before it.
+template <bool MASKED>
+__device__ __forceinline__ void softmax_probs(float (&s)[32], const float (&k_scale)[BLOCK_N], const float (&mx)[2],
+                                              const int (&n_vis)[2], int t, RowState (&st)[2], float (&o_scale)[2]) {
+  float ks[16];  // read again rather than kept from half 1: 16 registers at the math warpgroups' peak
+  load_k_scales(k_scale, t, ks);
+  // Three passes over the two rows (exponentials, quad reductions, state update) rather than one per row: the
+  // division's slow-path call is a scheduling barrier, so per-row code ran the rows' chains one after the other.
+  float m_new[2], m_use[2], e_sum[2], p_max[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    m_new[r] = fmaxf(st[r].m, mx[r]);
+    m_use[r] = m_new[r] == -INFINITY ? 0.f : m_new[r];
+  }
+  block_exps<MASKED>(s, ks, m_use, n_vis, t, e_sum, p_max);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     // P_FLOOR = 2^-60 bounds inv_new by 448 * 2^60 ~ 5.2e20: finite, so 0 * inv = 0 for masked columns.

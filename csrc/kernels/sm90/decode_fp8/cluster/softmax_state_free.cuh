@@ -29,31 +29,8 @@ __device__ __forceinline__ void softmax_block_local(float (&s)[32], const float 
                                                     float (&e_loc)[2], float (&p_loc)[2]) {
   float ks[16];
   load_k_scales(k_scale, t, ks);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int vis_lim = n_vis[r] - 2 * t;
-    const float m_use = mx[r] == -INFINITY ? 0.f : mx[r];
-    float sum = 0.f, pmax = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float ex = fast_exp2(s[4 * i + 2 * r + e] - m_use);  // exactly 0 for a masked (-inf) logit
-        // Masked: the select, not 0 * k_scale (an unused slot's scale may be NaN).
-        const float pp = !MASKED || 8 * i + e < vis_lim ? ex * ks[2 * i + e] : 0.f;
-        sum += ex;
-        pmax = fmaxf(pmax, pp);
-        s[4 * i + 2 * r + e] = pp;
-      }
-    }
-    e_loc[r] = sum;
-    p_loc[r] = pmax;
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    e_loc[r] = quad_sum(e_loc[r]);
-    p_loc[r] = quad_max(p_loc[r]);
-  }
+  const float m_use[2] = {mx[0] == -INFINITY ? 0.f : mx[0], mx[1] == -INFINITY ? 0.f : mx[1]};
+  block_exps<MASKED>(s, ks, m_use, n_vis, t, e_loc, p_loc);
 }
 
 // The P8 multiplier: 448 / max(p_loc, P_FLOOR), finite (<= 448 * 2^60).
