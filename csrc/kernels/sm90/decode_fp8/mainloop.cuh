@@ -191,13 +191,7 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
     const Piece pc = make_piece(p, row, req);
     float q_mul[2];
     int limit[2];  // visible tokens of the row: causal query token s sees 0 .. seqlen - s_q + s
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int q_row = warp_q_row0 + lane / 4 + 8 * r;
-      const bool valid = lane / 4 + 8 * r < rpw && q_row < p.q_rows;
-      q_mul[r] = row_logit_multiplier(p, req, q_row, valid);
-      limit[r] = row_visible_tokens(p, pc.seqlen, q_row, valid);
-    }
+    tile_rows(p, req, pc.seqlen, warp_q_row0, rpw, lane, q_mul, limit);
     RowState st[2] = {{-INFINITY, 1.f, 0.f}, {-INFINITY, 1.f, 0.f}};
     float o[PV_M_TILES][32];
 #pragma unroll

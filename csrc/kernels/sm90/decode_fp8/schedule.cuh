@@ -44,6 +44,20 @@ __device__ __forceinline__ int row_visible_tokens(const DecodeParams& p, int seq
   return p.causal && valid ? seqlen - p.s_q + q_row / p.h_q + 1 : seqlen;
 }
 
+// The two rows of a math thread in a 64-row tile (both decode kernels with 64-row tiles, wide and cluster): rows
+// lane / 4 and lane / 4 + 8 of its warp's slab, which starts at query row warp_q_row0 and holds rpw rows
+// (launch.h rows_per_warp). q_mul and limit as above; a padding row gets q_mul 0 and sees every token.
+__device__ __forceinline__ void tile_rows(const DecodeParams& p, int req, int seqlen, int warp_q_row0, int rpw, int lane,
+                                          float (&q_mul)[2], int (&limit)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int q_row = warp_q_row0 + lane / 4 + 8 * r;
+    const bool valid = lane / 4 + 8 * r < rpw && q_row < p.q_rows;
+    q_mul[r] = row_logit_multiplier(p, req, q_row, valid);
+    limit[r] = row_visible_tokens(p, seqlen, q_row, valid);
+  }
+}
+
 // Index of the request's piece that starts this schedule row (the first request may continue a split one).
 __device__ __forceinline__ int piece_split(const DecodeParams& p, const SchedRow& row, int req) {
   return req == row.begin_req ? sched_meta_row(p)[sched::BEGIN_SPLIT] : 0;

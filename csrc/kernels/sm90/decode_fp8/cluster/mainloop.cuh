@@ -146,13 +146,7 @@ __device__ void run_math_c(const KernelParams& kp, ClusterStorage& ss, const Sch
     const Piece pc = make_piece(p, row, req);
     float q_mul[2];
     int limit[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int q_row = warp_first_q_row(m_tile, warp, rpw) + lane / 4 + 8 * r;
-      const bool valid = lane / 4 + 8 * r < rpw && q_row < p.q_rows;
-      q_mul[r] = row_logit_multiplier(p, req, q_row, valid);
-      limit[r] = row_visible_tokens(p, pc.seqlen, q_row, valid);
-    }
+    tile_rows(p, req, pc.seqlen, warp_first_q_row(m_tile, warp, rpw), rpw, lane, q_mul, limit);
     float o[PV_M_TILES_C][32];
 #pragma unroll
     for (int m = 0; m < PV_M_TILES_C; ++m) {
