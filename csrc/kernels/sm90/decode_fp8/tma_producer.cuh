@@ -46,11 +46,40 @@ __device__ __forceinline__ void issue_query_tile(const KernelParams& kp, Storage
   tma_load_3d(ss.q_rope[qbuf], &kp.tm_q_rope, &ss.q_full[qbuf], 0, 0, req);
 }
 
+// The pages of one piece, for the producers of every decode kernel (run_producer here, cluster/producer.cuh):
+// the page ids come 32 at a time, one coalesced load per 32 blocks by the whole warp, issued a chunk ahead and
+// handed to lane 0 by shuffles (read one by one, each id's global-load latency sat between two TMA issues:
+// small batches, ~16 blocks per CTA, 10 us of 60, H200). start() runs once the first chunk's load is issued
+// (the query tile goes there); then lane 0 runs issue(n, page) for each block, n the running block index.
+// Past blk_end no id is read (the table may hold garbage or sentinels there, and its row may end).
+template <typename Start, typename Issue>
+__device__ __forceinline__ void walk_piece_pages(const DecodeParams& p, const Piece& pc, int req, int lane, int& n,
+                                                 Start&& start, Issue&& issue) {
+  const int* bt = p.block_table + static_cast<int64_t>(req) * p.block_table_batch_stride;  // (b, max_pages)
+  auto chunk_ids = [&](int c) {  // ids of blocks blk_begin + 32 c + lane
+    const int blk = pc.blk_begin + 32 * c + lane;
+    return blk < pc.blk_end ? bt[blk] : 0;
+  };
+  int ids = chunk_ids(0);
+  start();
+  for (int c = 0; 32 * c < pc.blk_end - pc.blk_begin; ++c) {
+    const int next_ids = chunk_ids(c + 1);
+    const int in_chunk = min(32, pc.blk_end - pc.blk_begin - 32 * c);
+    // Kept rolled (1.02-1.05x, H200, 2026-12-01). Unrolled, this loop was ~15 KB of the
+    // kernel's SASS (7-8 copies of the page's six TMA issues), fetched by the SM sub-partition that also runs
+    // two math warps; one page per iteration is issue-bound by kv_empty anyway.
+#pragma unroll 1
+    for (int k = 0; k < in_chunk; ++k, ++n) {
+      const int page = __shfl_sync(0xffffffffu, ids, k);
+      if (lane == 0) issue(n, page);
+      __syncwarp();
+    }
+    ids = next_ids;
+  }
+}
+
 // Warp 0 of the producer warpgroup: lane 0 issues the query tile of each piece, then its pages, in the order
-// the math warpgroups consume them, blocking on each barrier it needs (it has nothing else to do). The page
-// ids come 32 at a time, one coalesced load per 32 blocks by the whole warp, issued a chunk ahead and handed to
-// lane 0 by shuffles: read one by one, each id's global-load latency sat between two TMA issues (small
-// batches, ~16 blocks per CTA: 10 us of 60, H200).
+// the math warpgroups consume them, blocking on each barrier it needs (it has nothing else to do).
 template <typename Storage>
 __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow& row) {
   constexpr int STAGES_ = Storage::kStages, Q_BUFS_ = Storage::kQBufs;
@@ -62,44 +91,24 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
     const int qbuf = piece % Q_BUFS_;
-    const int* bt = p.block_table + static_cast<int64_t>(req) * p.block_table_batch_stride;  // (b, max_pages)
-    // Ids of blocks blk_begin + 32 c + lane (chunk c); past blk_end nothing is read (the table may hold garbage
-    // or sentinels there, and its row may end).
-    auto chunk_ids = [&](int c) {
-      const int blk = pc.blk_begin + 32 * c + lane;
-      return blk < pc.blk_end ? bt[blk] : 0;
-    };
-    int ids = chunk_ids(0);
-    if (lane == 0) {
+    auto query_tile = [&] {
+      if (lane != 0) return;
       // The buffer of piece - Q_BUFS is free once both math warpgroups did their last QK of that piece.
       if (piece >= Q_BUFS_) mbarrier_wait(&ss.q_empty[qbuf], ((piece / Q_BUFS_) - 1) & 1);
       issue_query_tile(kp, ss, qbuf, req);  // overloaded per Storage
-    }
-    for (int c = 0; 32 * c < pc.blk_end - pc.blk_begin; ++c) {
-      const int next_ids = chunk_ids(c + 1);
-      const int in_chunk = min(32, pc.blk_end - pc.blk_begin - 32 * c);
-      // Kept rolled (1.02-1.05x, H200, 2026-12-01). Unrolled, this loop was ~15 KB of the
-      // kernel's SASS (7-8 copies of the page's six TMA issues), fetched by the SM sub-partition that also runs
-      // two math warps; one page per iteration is issue-bound by kv_empty anyway.
-#pragma unroll 1
-      for (int k = 0; k < in_chunk; ++k, ++n) {
-        const int page = __shfl_sync(0xffffffffu, ids, k);
-        if (lane == 0) {
-          const int stage = n % STAGES_;
-          if (n >= STAGES_) mbarrier_wait(&ss.kv_empty[stage], ((n / STAGES_) - 1) & 1);
-          btrace.mark();
-          uint64_t* bar = &ss.kv_full[stage];
-          mbarrier_arrive_expect_tx(bar, kvl::PAGE_BYTES);
+    };
+    walk_piece_pages(p, pc, req, lane, n, query_tile, [&](int blk_n, int page) {
+      const int stage = blk_n % STAGES_;
+      if (blk_n >= STAGES_) mbarrier_wait(&ss.kv_empty[stage], ((blk_n / STAGES_) - 1) & 1);
+      btrace.mark();
+      uint64_t* bar = &ss.kv_full[stage];
+      mbarrier_arrive_expect_tx(bar, kvl::PAGE_BYTES);
 #pragma unroll
-          for (int t = 0; t < CONTENT_TILES; ++t)
-            tma_load_3d(ss.kv_content[stage][t], &kp.tm_kv_content, bar, t * SWIZZLE_ROW_BYTES, 0, page);
-          tma_load_3d(ss.kv_rope[stage], &kp.tm_kv_rope, bar, 0, 0, page);
-          tma_load_2d(ss.kv_scale[stage], &kp.tm_kv_scale, bar, 0, page);
-        }
-        __syncwarp();
-      }
-      ids = next_ids;
-    }
+      for (int t = 0; t < CONTENT_TILES; ++t)
+        tma_load_3d(ss.kv_content[stage][t], &kp.tm_kv_content, bar, t * SWIZZLE_ROW_BYTES, 0, page);
+      tma_load_3d(ss.kv_rope[stage], &kp.tm_kv_rope, bar, 0, 0, page);
+      tma_load_2d(ss.kv_scale[stage], &kp.tm_kv_scale, bar, 0, page);
+    });
   }
   btrace.print("any", "prod");
 }

@@ -17,6 +17,7 @@
 #include "kernels/sm90/common/tma.cuh"
 #include "kernels/sm90/decode_fp8/cluster/config.h"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
+#include "kernels/sm90/decode_fp8/tma_producer.cuh"
 #include "kernels/sm90/decode_fp8/traits.h"
 
 namespace snapmla::sm90::decode_fp8::cluster {
@@ -58,7 +59,7 @@ __device__ __forceinline__ void issue_block(const KernelParams& kp, const StageV
   tma_load_2d(v.pr.own_scale, &kp.tm_kv_scale, bar, 0, page);
 }
 
-// Warp 0 of the producer warpgroup; lane 0 issues. Page ids 32 at a time per warp, as run_producer.
+// Warp 0 of the producer warpgroup; lane 0 issues (tma_producer.cuh walk_piece_pages: the page ids).
 __device__ void run_producer_c(const KernelParams& kp, ClusterStorage& ss, const SchedRow& row, int m_tile) {
   const DecodeParams& p = kp.p;
   const int lane = threadIdx.x % 32;
@@ -66,31 +67,16 @@ __device__ void run_producer_c(const KernelParams& kp, ClusterStorage& ss, const
   int piece = 0;
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
-    const int* bt = p.block_table + static_cast<int64_t>(req) * p.block_table_batch_stride;  // (b, max_pages)
-    auto chunk_ids = [&](int c) {
-      const int blk = pc.blk_begin + 32 * c + lane;
-      return blk < pc.blk_end ? bt[blk] : 0;  // past blk_end: never read (garbage or sentinels)
-    };
-    int ids = chunk_ids(0);
-    if (lane == 0) {
+    auto query_tile = [&] {
+      if (lane != 0) return;
       if (piece > 0) mbarrier_wait(&ss.pair[0].q_empty, (piece - 1) & 1);
       issue_query_tile_c(kp, ss, m_tile, req);
-    }
-    for (int c = 0; 32 * c < pc.blk_end - pc.blk_begin; ++c) {
-      const int next_ids = chunk_ids(c + 1);
-      const int in_chunk = min(32, pc.blk_end - pc.blk_begin - 32 * c);
-#pragma unroll 1
-      for (int k = 0; k < in_chunk; ++k, ++n) {
-        const int page = __shfl_sync(0xffffffffu, ids, k);
-        if (lane == 0) {
-          const StageView v = stage_view(ss, n);
-          if (n >= KV_STAGES_C) mbarrier_wait(v.kv_empty(), stage_phase(n) ^ 1);
-          issue_block(kp, v, page);
-        }
-        __syncwarp();
-      }
-      ids = next_ids;
-    }
+    };
+    walk_piece_pages(p, pc, req, lane, n, query_tile, [&](int blk_n, int page) {
+      const StageView v = stage_view(ss, blk_n);
+      if (blk_n >= KV_STAGES_C) mbarrier_wait(v.kv_empty(), stage_phase(blk_n) ^ 1);
+      issue_block(kp, v, page);
+    });
   }
 }
 
