@@ -83,18 +83,19 @@ def seqlens_of(case: Case, gen: torch.Generator) -> torch.Tensor:
 def random_snapmla_cache(num_blocks: int, seed: int) -> torch.Tensor:
     """(num_blocks, 41216) uint8 filled with valid random tokens (content ~ N(0, 0.1^2) in e4m3 after scaling,
     RoPE bf16, scales ~0.1 / 448), written page chunk by page chunk to bound the temporaries."""
-    from snapmla_ext.cache import content_view, rope_view, scale_view
+    from snapmla_ext.cache import scale_view, write_tokens
 
     data = torch.empty(num_blocks, L.PAGE_BYTES, dtype=torch.uint8, device="cuda")
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    chunk = 4096  # pages per step: 4096 * 64 * 512 bf16 temporaries = 256 MiB
+    chunk = 1024  # pages per step: 1024 * 64 * 512 fp32 values and int64 byte positions, 128 + 256 MiB
     for p0 in range(0, num_blocks, chunk):
         sl = slice(p0, min(num_blocks, p0 + chunk))
         n = sl.stop - sl.start
-        c = torch.randn(n, L.PAGE_BLOCK_SIZE, L.D_CONTENT, device="cuda", generator=gen).mul_(100.0).clamp_(-448, 448)
-        content_view(data[sl]).copy_(c.to(torch.float8_e4m3fn))
-        r = torch.randn(n, L.PAGE_BLOCK_SIZE, L.D_ROPE, device="cuda", generator=gen).mul_(100.0)
-        rope_view(data[sl]).copy_(r.to(torch.bfloat16))
+        c = torch.randn(n * L.PAGE_BLOCK_SIZE, L.D_CONTENT, device="cuda", generator=gen).mul_(100.0).clamp_(-448, 448)
+        r = torch.randn(n * L.PAGE_BLOCK_SIZE, L.D_ROPE, device="cuda", generator=gen).mul_(100.0)
+        token = torch.arange(n * L.PAGE_BLOCK_SIZE, device="cuda")
+        write_tokens(data[sl], token // L.PAGE_BLOCK_SIZE, token % L.PAGE_BLOCK_SIZE, c8=c.to(torch.float8_e4m3fn),
+                     rope=r.to(torch.bfloat16))
         scale_view(data[sl]).fill_(0.1 / L.FP8_E4M3_MAX)
     return data
 

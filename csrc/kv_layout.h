@@ -3,15 +3,22 @@
 // A layer's cache is one uint8 tensor of shape (num_blocks, PAGE_BYTES). Each 64-token page holds three parts,
 // each contiguous, in this order:
 //
-//   [ content: 64 tokens x 512 e4m3   = 32768 B ]  offset 0       token stride 512 B
-//   [ rope:    64 tokens x 64 bf16    =  8192 B ]  offset 32768   token stride 128 B (pre-scaled by 1/s)
+//   [ content: 64 tokens x 512 e4m3   = 32768 B ]  offset 0       4 tiles of 64 rows x 128 B, Swizzle-128B image
+//   [ rope:    64 tokens x 64 bf16    =  8192 B ]  offset 32768   1 tile  of 64 rows x 128 B, Swizzle-128B image
 //   [ scale:   64 tokens x 1 fp32     =   256 B ]  offset 40960   token stride 4 B   (s = max(amax|c|, floor)/448)
-//   page = 41216 B = 64 x 644 B; every part offset and the page stride are multiples of 128 B, so TMA sees
-//   16-B aligned strides and 128-B aligned tiles (the flat 644-B token row would not be usable by TMA).
+//   page = 41216 B = 64 x 644 B.
 //
-// Everything below is derived from PAGE_BLOCK_SIZE, D_CONTENT, D_ROPE and the part order; the Python mirror
-// (snapmla_ext/layout.py) derives the same numbers from the same four facts, and tests/test_layout.py parses
-// this header to check that the two agree.
+// The content and RoPE parts are stored as the decode kernels' shared memory holds them: content tile c holds
+// bytes 128c .. 128c + 127 of every token (row t = the token's offset in its page), the RoPE tile the token's
+// 64 bf16 (pre-scaled by 1/s), and within each 128-B row the 16-B chunk j sits at chunk j ^ (t % 8), the
+// Swizzle-128B pattern of TMA and WGMMA for a 1024-B aligned tile. A page is then read by three 1-D bulk copies
+// (content, RoPE, scales) instead of six tensor-map tile loads: 4.51 against 4.18-4.25 TB/s of random pages on the
+// H200 (scripts/microbench/page_stream.cu), 1.06x for the whole decode call at b64 h_q 16 128k
+// (docs/kv_cache_format.md). Every 16-B aligned run of 16 bytes of a token's content or RoPE stays contiguous.
+//
+// Everything below is derived from PAGE_BLOCK_SIZE, D_CONTENT, D_ROPE, the part order and the swizzle; the
+// Python mirror (snapmla_ext/layout.py) derives the same numbers and byte positions from the same facts, and
+// tests/test_layout.py parses this header to check that the two agree.
 #pragma once
 
 #include <cstdint>
@@ -58,20 +65,43 @@ inline constexpr float P_FLOOR = 8.673617379884035e-19f;  // 2^-60
 
 static_assert(TOKEN_BYTES == 644, "SPEC section 2: 644 B per token");
 static_assert(PAGE_BYTES == PAGE_BLOCK_SIZE * TOKEN_BYTES, "the page holds exactly its tokens");
-static_assert(ROPE_OFFSET % 128 == 0 && SCALE_OFFSET % 128 == 0 && PAGE_BYTES % 128 == 0,
-              "TMA needs 16-B strides; 128-B alignment keeps Swizzle-128B tiles aligned");
 
-// Byte offset of token `slot` (= page * PAGE_BLOCK_SIZE + offset) within the cache tensor, per part.
-SNAPMLA_HOST_DEVICE constexpr int64_t page_of(int64_t slot) { return slot / PAGE_BLOCK_SIZE; }
-SNAPMLA_HOST_DEVICE constexpr int64_t offset_in_page(int64_t slot) { return slot % PAGE_BLOCK_SIZE; }
-SNAPMLA_HOST_DEVICE constexpr int64_t content_byte(int64_t slot) {
-  return page_of(slot) * PAGE_BYTES + CONTENT_OFFSET + offset_in_page(slot) * CONTENT_TOKEN_BYTES;
+// The Swizzle-128B image of the content and RoPE parts (see the top of this file).
+inline constexpr int SWIZZLE_ROW_BYTES = 128;   // one tile row: 128 B of one token
+inline constexpr int SWIZZLE_CHUNK_BYTES = 16;  // the unit the swizzle permutes
+inline constexpr int SWIZZLE_ROWS = 8;          // rows per swizzle atom (1024 B)
+inline constexpr int TILE_BYTES = PAGE_BLOCK_SIZE * SWIZZLE_ROW_BYTES;          // 8192
+inline constexpr int CONTENT_TILES = CONTENT_TOKEN_BYTES / SWIZZLE_ROW_BYTES;   // 4
+static_assert(CONTENT_TILES * TILE_BYTES == ROPE_OFFSET - CONTENT_OFFSET && ROPE_TOKEN_BYTES == SWIZZLE_ROW_BYTES,
+              "content = 4 tiles, RoPE = 1 tile");
+static_assert(CONTENT_OFFSET % 1024 == 0 && ROPE_OFFSET % 1024 == 0 && SCALE_OFFSET % 16 == 0 && PAGE_BYTES % 16 == 0,
+              "tiles on their 1024-B swizzle atom within the page; 16-B aligned bulk copies of every part");
+
+// Byte `b` (0 .. 127) of row `row` of a Swizzle-128B tile, from the tile's start.
+SNAPMLA_HOST_DEVICE constexpr int swizzled_row_byte(int row, int b) {
+  return row * SWIZZLE_ROW_BYTES +
+         ((b / SWIZZLE_CHUNK_BYTES) ^ (row % SWIZZLE_ROWS)) * SWIZZLE_CHUNK_BYTES + b % SWIZZLE_CHUNK_BYTES;
 }
-SNAPMLA_HOST_DEVICE constexpr int64_t rope_byte(int64_t slot) {
-  return page_of(slot) * PAGE_BYTES + ROPE_OFFSET + offset_in_page(slot) * ROPE_TOKEN_BYTES;
+// Positions within a page of byte `b` of the content (0 .. 511) / RoPE (0 .. 127) of the token at offset `t`,
+// and of its scale.
+SNAPMLA_HOST_DEVICE constexpr int content_byte_in_page(int t, int b) {
+  return CONTENT_OFFSET + (b / SWIZZLE_ROW_BYTES) * TILE_BYTES + swizzled_row_byte(t, b % SWIZZLE_ROW_BYTES);
+}
+SNAPMLA_HOST_DEVICE constexpr int rope_byte_in_page(int t, int b) { return ROPE_OFFSET + swizzled_row_byte(t, b); }
+SNAPMLA_HOST_DEVICE constexpr int scale_byte_in_page(int t) { return SCALE_OFFSET + t * SCALE_TOKEN_BYTES; }
+
+// The same within the cache tensor, for token `slot` (= page * PAGE_BLOCK_SIZE + offset); int64 for caches
+// past 2^31 bytes.
+SNAPMLA_HOST_DEVICE constexpr int64_t page_of(int64_t slot) { return slot / PAGE_BLOCK_SIZE; }
+SNAPMLA_HOST_DEVICE constexpr int offset_in_page(int64_t slot) { return static_cast<int>(slot % PAGE_BLOCK_SIZE); }
+SNAPMLA_HOST_DEVICE constexpr int64_t content_byte(int64_t slot, int b) {
+  return page_of(slot) * PAGE_BYTES + content_byte_in_page(offset_in_page(slot), b);
+}
+SNAPMLA_HOST_DEVICE constexpr int64_t rope_byte(int64_t slot, int b) {
+  return page_of(slot) * PAGE_BYTES + rope_byte_in_page(offset_in_page(slot), b);
 }
 SNAPMLA_HOST_DEVICE constexpr int64_t scale_byte(int64_t slot) {
-  return page_of(slot) * PAGE_BYTES + SCALE_OFFSET + offset_in_page(slot) * SCALE_TOKEN_BYTES;
+  return page_of(slot) * PAGE_BYTES + scale_byte_in_page(offset_in_page(slot));
 }
 
 }  // namespace snapmla::kv_layout

@@ -1,7 +1,8 @@
 """The per-token RoPE-aware FP8 paged KV cache of one layer (SPEC section 2; byte map in docs/kv_cache_format.md).
 
-The storage is one uint8 tensor `data` of shape (num_blocks, PAGE_BYTES = 41216); `content`, `rope` and `scale`
-are typed views of its three parts. `data` (or the cache object itself) is what flash_mla_with_kvcache takes as
+The storage is one uint8 tensor `data` of shape (num_blocks, PAGE_BYTES = 41216) holding three parts per page;
+content and RoPE are stored as the decode kernels' Swizzle-128B shared-memory image, so `content` and `rope` are
+copies (read_part) and write_tokens stores tokens; `scale` is a typed view. `data` (or the cache object itself) is what flash_mla_with_kvcache takes as
 `k_cache`. On a CUDA device append/fetch_dequant run the fused kernels; on the CPU they run snapmla_ext.reference.
 """
 
@@ -25,22 +26,64 @@ def _check_cache_tensor(data: torch.Tensor, name: str = "k_cache") -> None:
         raise ValueError(f"{name} must be contiguous, got strides {data.stride()}")
 
 
-def content_view(data: torch.Tensor) -> torch.Tensor:
-    """(num_blocks, 64, 512) float8_e4m3fn view of the content part."""
-    part = data[:, L.CONTENT_OFFSET : L.ROPE_OFFSET]
-    return part.view(torch.float8_e4m3fn).unflatten(1, (L.PAGE_BLOCK_SIZE, L.D_CONTENT))
+_byte_maps: dict = {}
 
 
-def rope_view(data: torch.Tensor) -> torch.Tensor:
-    """(num_blocks, 64, 64) bfloat16 view of the pre-scaled RoPE part."""
-    part = data[:, L.ROPE_OFFSET : L.SCALE_OFFSET]
-    return part.view(torch.bfloat16).unflatten(1, (L.PAGE_BLOCK_SIZE, L.D_ROPE))
+def _token_byte_map(part: str, device) -> torch.Tensor:
+    """(64, part's bytes per token) int64: where byte k of part `part` of the token at offset t lies in its page
+    (layout.py: content and RoPE are the page's Swizzle-128B image), cached per device."""
+    key = (part, str(device))
+    if key not in _byte_maps:
+        if part == "content":
+            pos = [[L.content_byte_in_page(t, b) for b in range(L.CONTENT_TOKEN_BYTES)] for t in range(L.PAGE_BLOCK_SIZE)]
+        elif part == "rope":
+            pos = [[L.rope_byte_in_page(t, b) for b in range(L.ROPE_TOKEN_BYTES)] for t in range(L.PAGE_BLOCK_SIZE)]
+        else:
+            raise ValueError(f"unknown cache part {part!r}")
+        _byte_maps[key] = torch.tensor(pos, dtype=torch.long, device=device)
+    return _byte_maps[key]
+
+
+_PARTS = {"content": (torch.float8_e4m3fn, L.D_CONTENT), "rope": (torch.bfloat16, L.D_ROPE)}
+
+
+def read_part(data: torch.Tensor, part: str, page: Optional[torch.Tensor] = None,
+              offset: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """A copy of part "content" or "rope" of every token, (num_blocks, 64, d), or of tokens (page, offset) (n,)
+    int64, (n, d): content float8_e4m3fn (d = 512), RoPE bfloat16 (d = 64). Not a view: the page stores these
+    parts swizzled; write with write_tokens."""
+    dtype, _ = _PARTS[part]
+    index = _token_byte_map(part, data.device)
+    if page is None:
+        raw = data[:, index]  # (num_blocks, 64, bytes)
+    else:
+        raw = data[page[:, None], index[offset]]  # (n, bytes)
+    return raw.contiguous().view(dtype)
 
 
 def scale_view(data: torch.Tensor) -> torch.Tensor:
-    """(num_blocks, 64) float32 view of the per-token scales."""
+    """(num_blocks, 64) float32 view of the per-token scales (a true view: the scales are stored in token order)."""
     part = data[:, L.SCALE_OFFSET : L.PAGE_BYTES]
     return part.view(torch.float32)
+
+
+def read_tokens(data: torch.Tensor, page: torch.Tensor, offset: torch.Tensor):
+    """Raw parts of tokens (page, offset) (n,) int64: c8 (n, 512) e4m3, rope (n, 64) bf16, scale (n,) fp32."""
+    return read_part(data, "content", page, offset), read_part(data, "rope", page, offset), scale_view(data)[page, offset]
+
+
+def write_tokens(data: torch.Tensor, page: torch.Tensor, offset: torch.Tensor, c8: Optional[torch.Tensor] = None,
+                 rope: Optional[torch.Tensor] = None, scale: Optional[torch.Tensor] = None) -> None:
+    """Store the given parts of tokens (page, offset) (n,) int64: c8 (n, 512) float8_e4m3fn, rope (n, 64)
+    bfloat16, scale (n,) float32, at their byte positions (kv_layout.h)."""
+    for part, values in (("content", c8), ("rope", rope)):
+        if values is None:
+            continue
+        dtype, d = _PARTS[part]
+        raw = values.to(dtype).reshape(-1, d).contiguous().view(torch.uint8)
+        data[page[:, None], _token_byte_map(part, data.device)[offset]] = raw
+    if scale is not None:
+        scale_view(data)[page, offset] = scale.to(torch.float32)
 
 
 class SnapMLAKVCache:
@@ -81,14 +124,17 @@ class SnapMLAKVCache:
 
     @property
     def content(self) -> torch.Tensor:
-        return content_view(self.data)
+        """A copy of every token's content, (num_blocks, 64, 512) float8_e4m3fn (read_part; write_tokens writes)."""
+        return read_part(self.data, "content")
 
     @property
     def rope(self) -> torch.Tensor:
-        return rope_view(self.data)
+        """A copy of every token's pre-scaled RoPE, (num_blocks, 64, 64) bfloat16."""
+        return read_part(self.data, "rope")
 
     @property
     def scale(self) -> torch.Tensor:
+        """The per-token scales, (num_blocks, 64) float32: a view."""
         return scale_view(self.data)
 
     def poison(self) -> "SnapMLAKVCache":

@@ -7,12 +7,13 @@ import pytest
 import torch
 
 from snapmla_ext import layout as L
-from snapmla_ext.cache import SnapMLAKVCache, as_cache_tensor
+from snapmla_ext.cache import SnapMLAKVCache, as_cache_tensor, read_tokens, write_tokens
 
 HEADER = os.path.join(os.path.dirname(__file__), "..", "csrc", "kv_layout.h")
 NAMES = [
     "PAGE_BLOCK_SIZE", "D_CONTENT", "D_ROPE", "D_QK", "CONTENT_TOKEN_BYTES", "ROPE_TOKEN_BYTES",
     "SCALE_TOKEN_BYTES", "TOKEN_BYTES", "CONTENT_OFFSET", "ROPE_OFFSET", "SCALE_OFFSET", "PAGE_BYTES",
+    "SWIZZLE_ROW_BYTES", "SWIZZLE_CHUNK_BYTES", "SWIZZLE_ROWS", "TILE_BYTES", "CONTENT_TILES",
 ]
 
 
@@ -45,6 +46,17 @@ def test_compiled_extension_agrees(requires_ext):
         requires_ext.layout_constant("NOPE")
 
 
+def test_compiled_byte_map_agrees(requires_ext):
+    """The swizzled byte positions of every token, from kv_layout.h's functions in the build and layout.py's."""
+    for t in range(L.PAGE_BLOCK_SIZE):
+        want = ([L.content_byte_in_page(t, b) for b in range(L.CONTENT_TOKEN_BYTES)]
+                + [L.rope_byte_in_page(t, b) for b in range(L.ROPE_TOKEN_BYTES)]
+                + [L.scale_byte_in_page(t) + b for b in range(L.SCALE_TOKEN_BYTES)])
+        assert requires_ext.layout_token_bytes(t) == want, t
+    with pytest.raises(RuntimeError, match=r"layout_token_bytes: t must be in \[0, 64\), got 64"):
+        requires_ext.layout_token_bytes(64)
+
+
 def test_budget_and_alignment_of_the_header():
     header = _header_constants()
     assert header["TOKEN_BYTES"] == 644 and header["PAGE_BYTES"] == 41216  # SPEC section 2
@@ -53,20 +65,41 @@ def test_budget_and_alignment_of_the_header():
         assert header[name] % 128 == 0, name  # TMA strides (16 B) and Swizzle-128B tile alignment
 
 
-def test_typed_views_alias_the_byte_map():
+def test_write_tokens_lands_on_the_swizzled_byte_map():
     cache = SnapMLAKVCache(3)
-    page, off = 2, 37
+    page, off = 2, 37  # row 37: swizzle row 37 % 8 = 5
     cache.data.zero_()
-    cache.content[page, off, 5] = 1.0  # e4m3 1.0 = 0x38
-    cache.rope[page, off, 3] = 2.0  # bf16 2.0 = 0x4000
-    cache.scale[page, off] = 1.0  # fp32 1.0 = 0x3f800000
+    c8 = torch.zeros(1, L.D_CONTENT)
+    c8[0, 133] = 1.0  # e4m3 1.0 = 0x38; content byte 133: tile 1, chunk 0 -> stored at chunk 0 ^ 5, byte 5
+    rope = torch.zeros(1, L.D_ROPE)
+    rope[0, 3] = 2.0  # bf16 2.0 = 0x4000 at RoPE bytes 6, 7: chunk 0 -> chunk 5
+    idx = torch.tensor([page]), torch.tensor([off])
+    write_tokens(cache.data, *idx, c8=c8, rope=rope, scale=torch.tensor([1.0]))  # fp32 1.0 = 0x3f800000
     row = cache.data[page]
-    assert row[L.CONTENT_OFFSET + off * L.CONTENT_TOKEN_BYTES + 5].item() == 0x38
-    rope_at = L.ROPE_OFFSET + off * L.ROPE_TOKEN_BYTES + 3 * 2
+    assert row[L.CONTENT_OFFSET + 1 * 8192 + off * 128 + (0 ^ 5) * 16 + 5].item() == 0x38
+    rope_at = L.ROPE_OFFSET + off * 128 + (0 ^ 5) * 16 + 6
     assert row[rope_at : rope_at + 2].tolist() == [0x00, 0x40]
     scale_at = L.SCALE_OFFSET + off * L.SCALE_TOKEN_BYTES
     assert row[scale_at : scale_at + 4].tolist() == [0x00, 0x00, 0x80, 0x3F]
     assert int((cache.data != 0).sum()) == 1 + 1 + 2  # nothing else was touched
+    assert cache.content[page, off, 133].float() == 1.0 and cache.rope[page, off, 3].float() == 2.0
+    got = read_tokens(cache.data, *idx)
+    assert got[0][0, 133].float() == 1.0 and got[1][0, 3].float() == 2.0 and got[2][0] == 1.0
+
+
+def test_byte_map_is_a_permutation_of_each_page():
+    """Every byte of a page belongs to exactly one (token, part, byte); 16-B runs of content / RoPE stay
+    contiguous and 16-B aligned (the quant kernels' loads and stores), as csrc/kv_layout.h states."""
+    seen = torch.zeros(L.PAGE_BYTES, dtype=torch.int32)
+    for t in range(L.PAGE_BLOCK_SIZE):
+        for part, n, pos in (("content", L.CONTENT_TOKEN_BYTES, L.content_byte_in_page),
+                             ("rope", L.ROPE_TOKEN_BYTES, L.rope_byte_in_page)):
+            at = [pos(t, b) for b in range(n)]
+            for b in range(0, n, 16):
+                assert at[b] % 16 == 0 and at[b : b + 16] == list(range(at[b], at[b] + 16)), (part, t, b)
+            seen[at] += 1
+        seen[L.scale_byte_in_page(t) : L.scale_byte_in_page(t) + 4] += 1
+    assert (seen == 1).all()
 
 
 def test_new_cache_is_nan_poisoned():

@@ -17,7 +17,7 @@ import torch
 from snapmla_ext import layout as L
 from snapmla_ext import quant_ops, reference
 from snapmla_ext._ext import load_ops
-from snapmla_ext.cache import SnapMLAKVCache, content_view, rope_view, scale_view
+from snapmla_ext.cache import SnapMLAKVCache, read_part, scale_view
 from tests.utils.compare import assert_bitwise_equal, assert_same_nonfinite
 from tests.utils.data import make_kv_rows, make_paged_inputs, make_q
 
@@ -55,8 +55,10 @@ def assert_quantized_equal(got, want, name, nan_any=False):
 def assert_cache_equal(got: torch.Tensor, want: torch.Tensor, name: str) -> None:
     """Whole caches, untouched (0xFF) bytes included; NaN payloads free (poisoned bytes are NaN in every part)."""
     got, want = got.cpu(), want.cpu()
-    for part, view in (("content", content_view), ("rope", rope_view), ("scale", scale_view)):
-        assert_bits_equal_nan_any(view(got), view(want), f"{name}.{part}")
+    for part in ("content", "rope", "scale"):
+        g, w = (scale_view(x) if part == "scale" else read_part(x, part) for x in (got, want))
+        assert_bits_equal_nan_any(g, w, f"{name}.{part}")
+    assert_bits_equal_nan_any(got, want, f"{name} bytes")  # and every byte in place (the swizzled byte map)
 
 
 def edge_rows() -> torch.Tensor:

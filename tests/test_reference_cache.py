@@ -11,19 +11,20 @@ from utils.data import SENTINEL_PAGE, make_kv_rows, make_paged_inputs
 
 
 def _expected_bytes(num_blocks: int, kv: torch.Tensor, slots: list[int]) -> torch.Tensor:
-    """The cache bytes after writing rows kv at slots, built from the layout constants alone (no views)."""
+    """The cache bytes after writing rows kv at slots, built byte by byte from layout.py's positions (not from
+    cache.py's write_tokens)."""
     data = torch.full((num_blocks * L.PAGE_BYTES,), 0xFF, dtype=torch.uint8)
     c8, rope, scale = quantize_rows(kv)
     for i, slot in enumerate(slots):
         page, off = divmod(slot, L.PAGE_BLOCK_SIZE)
         base = page * L.PAGE_BYTES
-        for offset, size, part in (
-            (L.CONTENT_OFFSET, L.CONTENT_TOKEN_BYTES, c8[i]),
-            (L.ROPE_OFFSET, L.ROPE_TOKEN_BYTES, rope[i]),
-            (L.SCALE_OFFSET, L.SCALE_TOKEN_BYTES, scale[i : i + 1]),
+        for pos, part in (
+            (L.content_byte_in_page, c8[i]),
+            (L.rope_byte_in_page, rope[i]),
+            (lambda t, b: L.scale_byte_in_page(t) + b, scale[i : i + 1]),
         ):
-            start = base + offset + off * size
-            data[start : start + size] = part.contiguous().view(torch.uint8)
+            for b, byte in enumerate(part.contiguous().view(torch.uint8).tolist()):
+                data[base + pos(off, b)] = byte
     return data.view(num_blocks, L.PAGE_BYTES)
 
 

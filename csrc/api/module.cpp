@@ -4,6 +4,8 @@
 #include <Python.h>
 #include <torch/library.h>
 
+#include <vector>
+
 #include "kv_layout.h"
 
 namespace snapmla {
@@ -22,14 +24,31 @@ int64_t layout_constant(const std::string& name) {
   TORCH_CHECK(false, "layout_constant: unknown name '", name, "'");
 }
 
+// Where the 644 bytes of the token at offset t of its page lie in the page (content 512, RoPE 128, scale 4, in
+// that order), from kv_layout.h's functions: Python checks them against its mirror's (layout.py).
+std::vector<int64_t> layout_token_bytes(int64_t t) {
+  namespace L = kv_layout;
+  TORCH_CHECK(t >= 0 && t < L::PAGE_BLOCK_SIZE, "layout_token_bytes: t must be in [0, ", L::PAGE_BLOCK_SIZE,
+              "), got ", t);
+  std::vector<int64_t> pos;
+  pos.reserve(L::TOKEN_BYTES);
+  const int ti = static_cast<int>(t);
+  for (int b = 0; b < L::CONTENT_TOKEN_BYTES; ++b) pos.push_back(L::content_byte_in_page(ti, b));
+  for (int b = 0; b < L::ROPE_TOKEN_BYTES; ++b) pos.push_back(L::rope_byte_in_page(ti, b));
+  for (int b = 0; b < L::SCALE_TOKEN_BYTES; ++b) pos.push_back(L::scale_byte_in_page(ti) + b);
+  return pos;
+}
+
 }  // namespace snapmla
 
 TORCH_LIBRARY(snapmla, m) {
   m.def("layout_constant(str name) -> int");
+  m.def("layout_token_bytes(int t) -> int[]");
 }
 
 TORCH_LIBRARY_IMPL(snapmla, CompositeExplicitAutograd, m) {
   m.impl("layout_constant", &snapmla::layout_constant);
+  m.impl("layout_token_bytes", &snapmla::layout_token_bytes);
 }
 
 // A plain Python module so `import snapmla_ext._C` loads the library (and runs the registrations above).

@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 
 from snapmla_ext import layout as L
-from snapmla_ext.cache import as_cache_tensor, content_view, rope_view, scale_view
+from snapmla_ext.cache import as_cache_tensor, read_tokens, write_tokens
 from snapmla_ext.reference.quant import quantize_rows
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
@@ -79,9 +79,7 @@ def append_kv(cache_data: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor) -
 
     c8, rope, scale = quantize_rows(kv[last])
     page, offset = _split_slots(unique)
-    content_view(data)[page, offset] = c8
-    rope_view(data)[page, offset] = rope
-    scale_view(data)[page, offset] = scale
+    write_tokens(data, page, offset, c8, rope, scale)
 
 
 def paged_slots(
@@ -128,7 +126,7 @@ def paged_slots(
 def read_slots(cache_data: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Raw parts at non-negative in-range slots (n,) int64: c8 (n, 512) e4m3, rope (n, 64) bf16, scale (n,) fp32."""
     page, offset = _split_slots(slots)
-    return tuple(view(cache_data)[page, offset] for view in (content_view, rope_view, scale_view))
+    return read_tokens(as_cache_tensor(cache_data, "cache_data"), page, offset)
 
 
 def padded_by_request(rows: torch.Tensor, cache_seqlens: torch.Tensor, n_max: int) -> torch.Tensor:

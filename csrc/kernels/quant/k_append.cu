@@ -1,5 +1,6 @@
 // Fused-K-Append: quantize n BF16 latent rows kv (n, 576) and write each into the paged FP8 cache at its slot
-// (content e4m3 | pre-scaled RoPE bf16 | fp32 scale, byte offsets from kv_layout.h), in one launch.
+// (content e4m3 | pre-scaled RoPE bf16 | fp32 scale, at the byte positions of kv_layout.h: content and RoPE in
+// the page's Swizzle-128B image), in one launch.
 //
 // Thread roles: one warp per token, 8 warps per CTA, no shared memory, no barriers. A warp whose slot is
 // negative or >= num_blocks * 64 returns before reading kv, so skipped tokens cost only their slot load.
@@ -20,9 +21,7 @@ __global__ void __launch_bounds__(THREADS_PER_CTA) k_append_kernel(KAppendParams
   const int64_t slot = static_cast<const SlotT*>(p.slots)[token];  // same address for all lanes: one load
   if (slot < 0 || slot >= p.num_blocks * L::PAGE_BLOCK_SIZE) return;
   const RowChunks chunks = load_row(p.kv + token * p.kv_stride, lane);
-  quantize_and_store_row(chunks, lane, p.kv_cache + L::content_byte(slot),
-                         reinterpret_cast<__nv_bfloat16*>(p.kv_cache + L::rope_byte(slot)),
-                         reinterpret_cast<float*>(p.kv_cache + L::scale_byte(slot)));
+  quantize_and_store_row(chunks, lane, token_bytes(p.kv_cache, slot, lane));
 }
 
 void launch_k_append(const KAppendParams& params, cudaStream_t stream) {

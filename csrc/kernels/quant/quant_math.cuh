@@ -139,31 +139,59 @@ __device__ __forceinline__ uint4 dequant_content_chunk(const uint2& chunk, float
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
+// Where one lane's share of a quantized row goes (or a cache token's comes from): its 8-B content pieces
+// (content elements [8 (lane + 32 i), +8)), its 16-B RoPE chunk (lanes < ROPE_CHUNKS) and the scale.
+template <typename Byte>
+struct LaneBytes {
+  Byte* content[CONTENT_CHUNKS_PER_LANE];
+  Byte* rope;
+  Byte* scale;
+};
+
+// q_quant's three outputs: content (512,) e4m3 8-B aligned, rope (64,) bf16 16-B aligned, one fp32 scale.
+__device__ __forceinline__ LaneBytes<uint8_t> row_bytes(uint8_t* content, __nv_bfloat16* rope, float* scale,
+                                                        int lane) {
+  LaneBytes<uint8_t> d;
+#pragma unroll
+  for (int i = 0; i < CONTENT_CHUNKS_PER_LANE; ++i) d.content[i] = content + 8 * (lane + i * WARP_SIZE);
+  d.rope = reinterpret_cast<uint8_t*>(rope) + 16 * lane;
+  d.scale = reinterpret_cast<uint8_t*>(scale);
+  return d;
+}
+
+// Token `slot` of a cache (num_blocks, PAGE_BYTES) uint8: its bytes in the page's Swizzle-128B image
+// (kv_layout.h). An 8-B piece never straddles a 16-B swizzle chunk, and the warp's 16 lanes per 128-B tile row
+// still cover whole rows, so every store / load of the warp stays a full 128-B segment.
+template <typename Byte>
+__device__ __forceinline__ LaneBytes<Byte> token_bytes(Byte* cache, int64_t slot, int lane) {
+  LaneBytes<Byte> d;
+#pragma unroll
+  for (int i = 0; i < CONTENT_CHUNKS_PER_LANE; ++i) d.content[i] = cache + L::content_byte(slot, 8 * (lane + i * WARP_SIZE));
+  d.rope = cache + L::rope_byte(slot, 16 * (lane % ROPE_CHUNKS));
+  d.scale = cache + L::scale_byte(slot);
+  return d;
+}
+
 // Quantize one row held by the warp and store it: content (512 e4m3), RoPE (64 bf16) and scale (fp32) go to
 // three separate destinations (q_quant: three output tensors; k_append: the three parts of a cache page).
-// content: (512,) e4m3, 8-B aligned; rope: (64,) bf16, 16-B aligned; scale: one fp32.
-__device__ __forceinline__ void quantize_and_store_row(const RowChunks& r, int lane, uint8_t* content,
-                                                       __nv_bfloat16* rope, float* scale) {
+__device__ __forceinline__ void quantize_and_store_row(const RowChunks& r, int lane, const LaneBytes<uint8_t>& dst) {
   const RowScale rs = row_scale(r);
 #pragma unroll
-  for (int i = 0; i < CONTENT_CHUNKS_PER_LANE; ++i) {
-    const int chunk = lane + i * WARP_SIZE;
-    reinterpret_cast<uint2*>(content)[chunk] = quantize_content_chunk(r.content[i], rs.inv);
-  }
-  if (lane < ROPE_CHUNKS) reinterpret_cast<uint4*>(rope)[lane] = scale_bf16_chunk(r.rope, rs.inv);
-  if (lane == 0) *scale = rs.s;
+  for (int i = 0; i < CONTENT_CHUNKS_PER_LANE; ++i)
+    *reinterpret_cast<uint2*>(dst.content[i]) = quantize_content_chunk(r.content[i], rs.inv);
+  if (lane < ROPE_CHUNKS) *reinterpret_cast<uint4*>(dst.rope) = scale_bf16_chunk(r.rope, rs.inv);
+  if (lane == 0) *reinterpret_cast<float*>(dst.scale) = rs.s;
 }
 
 // Dequantize cache token `slot` into out_row (576,) bf16, 16-B aligned; the warp cooperates as in load_row.
 // cache: (num_blocks, PAGE_BYTES) uint8. Every lane reads the same 4-B scale (one broadcast transaction).
 __device__ __forceinline__ void dequant_token(const uint8_t* cache, int64_t slot, int lane, __nv_bfloat16* out_row) {
-  const uint2* content = reinterpret_cast<const uint2*>(cache + L::content_byte(slot));
-  const uint4* rope = reinterpret_cast<const uint4*>(cache + L::rope_byte(slot));
-  const float s = *reinterpret_cast<const float*>(cache + L::scale_byte(slot));
+  const LaneBytes<const uint8_t> src = token_bytes(cache, slot, lane);
+  const float s = *reinterpret_cast<const float*>(src.scale);
   uint2 c[CONTENT_CHUNKS_PER_LANE];
 #pragma unroll
-  for (int i = 0; i < CONTENT_CHUNKS_PER_LANE; ++i) c[i] = content[lane + i * WARP_SIZE];
-  const uint4 r = lane < ROPE_CHUNKS ? rope[lane] : make_uint4(0, 0, 0, 0);
+  for (int i = 0; i < CONTENT_CHUNKS_PER_LANE; ++i) c[i] = *reinterpret_cast<const uint2*>(src.content[i]);
+  const uint4 r = lane < ROPE_CHUNKS ? *reinterpret_cast<const uint4*>(src.rope) : make_uint4(0, 0, 0, 0);
   uint4* out = reinterpret_cast<uint4*>(out_row);
 #pragma unroll
   for (int i = 0; i < CONTENT_CHUNKS_PER_LANE; ++i) out[lane + i * WARP_SIZE] = dequant_content_chunk(c[i], s);

@@ -1,7 +1,7 @@
 // Thin inline-PTX wrappers for thread-block clusters (sm_90): the CTA's rank, distributed shared memory
 // addresses, remote mbarrier arrivals, the shared -> peer shared bulk copy and the multicast TMA tile load.
 // PTX ISA: "mapa", "barrier.cluster", "mbarrier.arrive" (.shared::cluster), "cp.async.bulk",
-// "cp.async.bulk.tensor" (.multicast::cluster). Used by the cluster decode kernel (decode_fp8/cluster/).
+// "cp.async.bulk" (.multicast::cluster). Used by the cluster decode kernel (decode_fp8/cluster/).
 #pragma once
 
 #include <cstdint>
@@ -57,14 +57,14 @@ __device__ __forceinline__ void bulk_copy_to_peer(uint32_t remote_dst, uint32_t 
                : "memory");
 }
 
-// A 3-D TMA tile load delivered to the same shared offset `dst` in every CTA of cta_mask, each completing its
-// bytes on the barrier at the offset of `bar` in that CTA.
-__device__ __forceinline__ void tma_load_3d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
-                                                      int c2, uint16_t cta_mask) {
+// A 1-D bulk copy from global memory (tma.cuh bulk_load) delivered to the same shared offset `dst` in every CTA
+// of cta_mask, each completing its bytes on the barrier at the offset of `bar` in that CTA.
+__device__ __forceinline__ void bulk_load_multicast(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                                    uint16_t cta_mask) {
   asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
-      "{%3, %4, %5}], [%2], %6;" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(cta_mask)
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], "
+      "%4;" ::"r"(smem_u32(dst)),
+      "l"(src), "r"(bytes), "r"(smem_u32(bar)), "h"(cta_mask)
       : "memory");
 }
 

@@ -16,10 +16,11 @@ inline constexpr int D_ROPE = kvl::D_ROPE;            // 64
 inline constexpr int D_V = kvl::D_CONTENT;            // 512
 
 // TMA / WGMMA tiles are 128-byte swizzle rows: the 512-B fp8 content row of a token or query is 4 such tiles,
-// the 64-dim bf16 RoPE row exactly one.
-inline constexpr int SWIZZLE_ROW_BYTES = 128;
-inline constexpr int CONTENT_TILES = D_CONTENT / SWIZZLE_ROW_BYTES;       // 4
-inline constexpr int CONTENT_TILE_BYTES = BLOCK_N * SWIZZLE_ROW_BYTES;    // 8192 (64 rows x 128 B)
+// the 64-dim bf16 RoPE row exactly one. The cache stores its pages as these tiles' Swizzle-128B image
+// (kv_layout.h), so a stage is filled by plain bulk copies.
+inline constexpr int SWIZZLE_ROW_BYTES = kvl::SWIZZLE_ROW_BYTES;           // 128
+inline constexpr int CONTENT_TILES = kvl::CONTENT_TILES;                   // 4
+inline constexpr int CONTENT_TILE_BYTES = kvl::TILE_BYTES;                 // 8192 (64 rows x 128 B)
 inline constexpr int Q_CONTENT_TILE_BYTES = BLOCK_M * SWIZZLE_ROW_BYTES;  // 8192
 inline constexpr int ROPE_TILE_BYTES = BLOCK_N * D_ROPE * 2;              // 8192
 

@@ -1,5 +1,5 @@
-// Host side of both decode kernels (wide: kernel.cuh, narrow: narrow/kernel.cuh): the KernelParams block with
-// its TMA tensor maps, built from pointers and shapes only (no sync, CUDA-graph capturable), and the one-time
+// Host side of the decode kernels (wide: kernel.cuh, narrow: narrow/kernel.cuh, cluster/): the KernelParams
+// block with the query's TMA tensor maps, built from pointers and shapes only (no sync, CUDA-graph capturable), and the one-time
 // shared-memory opt-in per device.
 #pragma once
 
@@ -14,26 +14,13 @@ namespace snapmla::sm90::decode_fp8 {
 // q_box_rows: query rows per TMA box (the wide kernel: rows_per_warp, one box per warp slab; the narrow one:
 // its 16-row tile). Rows past q_rows read as zeros.
 inline KernelParams make_kernel_params(const DecodeParams& p, int q_box_rows) {
-  using KT = KvTraits<__nv_fp8_e4m3>;
   KernelParams kp{};
   kp.p = p;
-  const uint64_t page = kvl::PAGE_BYTES;
-  const uint64_t nb = static_cast<uint64_t>(p.num_blocks);
   const uint64_t rows = static_cast<uint64_t>(p.q_rows);
   const uint64_t b = static_cast<uint64_t>(p.b);
   const uint32_t box_rows = static_cast<uint32_t>(q_box_rows);
-  const uint8_t* kv = p.kv_cache;
-  kp.tm_kv_content = make_tensor_map<3>("k_cache content", KT::TMA_DTYPE, kv + kvl::CONTENT_OFFSET,
-                                        {static_cast<uint64_t>(D_CONTENT), BLOCK_N, nb},
-                                        {static_cast<uint64_t>(kvl::CONTENT_TOKEN_BYTES), page},
-                                        {SWIZZLE_ROW_BYTES, BLOCK_N, 1}, CU_TENSOR_MAP_SWIZZLE_128B);
-  kp.tm_kv_rope = make_tensor_map<3>("k_cache rope", CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, kv + kvl::ROPE_OFFSET,
-                                     {static_cast<uint64_t>(D_ROPE), BLOCK_N, nb},
-                                     {static_cast<uint64_t>(kvl::ROPE_TOKEN_BYTES), page}, {D_ROPE, BLOCK_N, 1},
-                                     CU_TENSOR_MAP_SWIZZLE_128B);
-  kp.tm_kv_scale = make_tensor_map<2>("k_cache scale", CU_TENSOR_MAP_DATA_TYPE_FLOAT32, kv + kvl::SCALE_OFFSET,
-                                      {static_cast<uint64_t>(BLOCK_N), nb}, {page}, {BLOCK_N, 1},
-                                      CU_TENSOR_MAP_SWIZZLE_NONE);
+  // The pages need no map: the cache stores them as the stages' Swizzle-128B image (kv_layout.h) and the
+  // producers bulk-copy them (tma_producer.cuh).
   kp.tm_q_content = make_tensor_map<3>(
       "q content", CU_TENSOR_MAP_DATA_TYPE_UINT8, p.q_content, {static_cast<uint64_t>(D_CONTENT), rows, b},
       {static_cast<uint64_t>(p.q_content_row_stride), static_cast<uint64_t>(p.q_content_batch_stride)},

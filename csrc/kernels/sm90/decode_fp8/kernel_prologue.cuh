@@ -22,14 +22,12 @@ __device__ __forceinline__ Storage& aligned_storage(uint8_t* smem_raw) {
   return *reinterpret_cast<Storage*>(smem_raw + pad);
 }
 
-// The producer's first thread pulls the five tensor maps into the TMA unit's descriptor cache.
+// The producer's first thread pulls the two query tensor maps into the TMA unit's descriptor cache (the pages
+// come by bulk copies, without maps).
 __device__ __forceinline__ void prefetch_tensor_maps(const KernelParams& kp) {
   if (threadIdx.x != PRODUCER_WG * WG_THREADS) return;
   tma_prefetch_map(&kp.tm_q_content);
   tma_prefetch_map(&kp.tm_q_rope);
-  tma_prefetch_map(&kp.tm_kv_content);
-  tma_prefetch_map(&kp.tm_kv_rope);
-  tma_prefetch_map(&kp.tm_kv_scale);
 }
 
 }  // namespace snapmla::sm90::decode_fp8

@@ -68,9 +68,6 @@ struct KernelParams {
   DecodeParams p;
   CUtensorMap tm_q_content;   // (b, q_rows, 512) uint8, box (1, 64, 128), Swizzle-128B
   CUtensorMap tm_q_rope;      // (b, q_rows, 64) bf16, box (1, 64, 64), Swizzle-128B
-  CUtensorMap tm_kv_content;  // (num_blocks, 64, 512) uint8, page stride 41216 B, box (1, 64, 128), Swizzle-128B
-  CUtensorMap tm_kv_rope;     // (num_blocks, 64, 64) bf16 at +32768, page stride 41216 B, box (1, 64, 64), Swizzle-128B
-  CUtensorMap tm_kv_scale;    // (num_blocks, 64) fp32 at +40960, page stride 41216 B, box (1, 64), no swizzle
 };
 
 }  // namespace snapmla::sm90::decode_fp8

@@ -78,6 +78,7 @@ struct alignas(1024) StagePair {
 };
 static_assert(sizeof(StagePair) == 63488, "the pair's budget above");
 static_assert(offsetof(StagePair, peer_handoff) % 512 == 0, "P^T is Swizzle-64B: on its 512-B atom");
+static_assert(offsetof(StagePair, own_scale) % 16 == 0, "the scales' bulk copy needs a 16-B aligned destination");
 
 // Shared memory: the query tile 40960 + 3 pairs 190464 = 231424 B (+ 1024 of alignment slack = 232448, the
 // sm_90 maximum).

@@ -49,14 +49,16 @@ __device__ __forceinline__ void issue_block(const KernelParams& kp, const StageV
   mbarrier_arrive_expect_tx(bar, OWNER_TX_BYTES);
   // First content tile of the owner's dims and of the other rank's.
   const int own0 = TILES_PER_RANK * v.parity, other0 = TILES_PER_RANK * (1 - v.parity);
+  const uint8_t* src = page_bytes(kp.p, page);  // tma_producer.cuh: the page as its stage image
+  const uint8_t* tiles = src + kvl::CONTENT_OFFSET;
 #pragma unroll
   for (int i = 0; i < TILES_PER_RANK; ++i) {
-    tma_load_3d(v.pr.own_tiles[i], &kp.tm_kv_content, bar, (own0 + i) * SWIZZLE_ROW_BYTES, 0, page);
-    tma_load_3d_multicast(v.pr.mc[v.parity][i], &kp.tm_kv_content, bar, (other0 + i) * SWIZZLE_ROW_BYTES, 0, page,
-                          MC_CTA_MASK);
+    bulk_load(v.pr.own_tiles[i], tiles + (own0 + i) * CONTENT_TILE_BYTES, CONTENT_TILE_BYTES, bar);
+    bulk_load_multicast(v.pr.mc[v.parity][i], tiles + (other0 + i) * CONTENT_TILE_BYTES, CONTENT_TILE_BYTES, bar,
+                        MC_CTA_MASK);
   }
-  tma_load_3d(v.pr.own_rope, &kp.tm_kv_rope, bar, 0, 0, page);
-  tma_load_2d(v.pr.own_scale, &kp.tm_kv_scale, bar, 0, page);
+  bulk_load(v.pr.own_rope, src + kvl::ROPE_OFFSET, ROPE_TILE_BYTES, bar);
+  bulk_load(v.pr.own_scale, src + kvl::SCALE_OFFSET, BLOCK_N * kvl::SCALE_TOKEN_BYTES, bar);
 }
 
 // Warp 0 of the producer warpgroup; lane 0 issues (tma_producer.cuh walk_piece_pages: the page ids).
