@@ -2,8 +2,9 @@
 
 The storage is one uint8 tensor `data` of shape (num_blocks, PAGE_BYTES = 41216) holding three parts per page;
 content and RoPE are stored as the decode kernels' Swizzle-128B shared-memory image, so `content` and `rope` are
-copies (read_part) and write_tokens stores tokens; `scale` is a typed view. `data` (or the cache object itself) is what flash_mla_with_kvcache takes as
-`k_cache`. On a CUDA device append/fetch_dequant run the fused kernels; on the CPU they run snapmla_ext.reference.
+copies (read_part) and write_tokens stores tokens; `scale` is a typed view. `data` (or the cache object itself)
+is what flash_mla_with_kvcache takes as `k_cache`. On a CUDA device append/fetch_dequant run the fused kernels;
+on the CPU they run snapmla_ext.reference.
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ def _token_byte_map(part: str, device) -> torch.Tensor:
     key = (part, str(device))
     if key not in _byte_maps:
         if part == "content":
-            pos = [[L.content_byte_in_page(t, b) for b in range(L.CONTENT_TOKEN_BYTES)] for t in range(L.PAGE_BLOCK_SIZE)]
+            pos_of, n = L.content_byte_in_page, L.CONTENT_TOKEN_BYTES
         elif part == "rope":
-            pos = [[L.rope_byte_in_page(t, b) for b in range(L.ROPE_TOKEN_BYTES)] for t in range(L.PAGE_BLOCK_SIZE)]
+            pos_of, n = L.rope_byte_in_page, L.ROPE_TOKEN_BYTES
         else:
             raise ValueError(f"unknown cache part {part!r}")
+        pos = [[pos_of(t, b) for b in range(n)] for t in range(L.PAGE_BLOCK_SIZE)]
         _byte_maps[key] = torch.tensor(pos, dtype=torch.long, device=device)
     return _byte_maps[key]
 
@@ -69,7 +71,8 @@ def scale_view(data: torch.Tensor) -> torch.Tensor:
 
 def read_tokens(data: torch.Tensor, page: torch.Tensor, offset: torch.Tensor):
     """Raw parts of tokens (page, offset) (n,) int64: c8 (n, 512) e4m3, rope (n, 64) bf16, scale (n,) fp32."""
-    return read_part(data, "content", page, offset), read_part(data, "rope", page, offset), scale_view(data)[page, offset]
+    content, rope = (read_part(data, part, page, offset) for part in ("content", "rope"))
+    return content, rope, scale_view(data)[page, offset]
 
 
 def write_tokens(data: torch.Tensor, page: torch.Tensor, offset: torch.Tensor, c8: Optional[torch.Tensor] = None,

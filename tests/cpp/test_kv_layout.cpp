@@ -50,8 +50,10 @@ void check_swizzle_image() {
     for (int b = 0; b < L::CONTENT_TOKEN_BYTES; ++b) {
       const int want = (b / 128) * 8192 + t * 128 + ((((b % 128) / 16) ^ (t % 8)) * 16) + b % 16;
       EXPECT(L::content_byte_in_page(t, b) == L::CONTENT_OFFSET + want, "content t %d byte %d", t, b);
-      if (b % 16 != 0) EXPECT(L::content_byte_in_page(t, b) == L::content_byte_in_page(t, b - 1) + 1, "run t %d b %d", t, b);
-      else EXPECT(L::content_byte_in_page(t, b) % 16 == 0, "chunk alignment t %d b %d", t, b);
+      if (b % 16 != 0)
+        EXPECT(L::content_byte_in_page(t, b) == L::content_byte_in_page(t, b - 1) + 1, "run t %d b %d", t, b);
+      else
+        EXPECT(L::content_byte_in_page(t, b) % 16 == 0, "chunk alignment t %d b %d", t, b);
     }
     for (int b = 0; b < L::ROPE_TOKEN_BYTES; ++b) {
       const int want = t * 128 + ((((b % 128) / 16) ^ (t % 8)) * 16) + b % 16;

@@ -28,7 +28,8 @@ __global__ void __launch_bounds__(THREADS_PER_CTA) q_quant_kernel(QQuantParams p
   const int64_t bi = row / (int64_t(p.h_q) * p.s_q);
   const __nv_bfloat16* q_row = p.q + bi * p.q_stride_b + s * p.q_stride_s + h * p.q_stride_h;  // (576,)
   const RowChunks chunks = load_row(q_row, lane);
-  quantize_and_store_row(chunks, lane, row_bytes(p.content + row * L::D_CONTENT, p.rope + row * L::D_ROPE, p.scale + row, lane));
+  quantize_and_store_row(chunks, lane,
+                         row_bytes(p.content + row * L::D_CONTENT, p.rope + row * L::D_ROPE, p.scale + row, lane));
 }
 
 void launch_q_quant(const QQuantParams& params, cudaStream_t stream) {

@@ -166,7 +166,8 @@ template <typename Byte>
 __device__ __forceinline__ LaneBytes<Byte> token_bytes(Byte* cache, int64_t slot, int lane) {
   LaneBytes<Byte> d;
 #pragma unroll
-  for (int i = 0; i < CONTENT_CHUNKS_PER_LANE; ++i) d.content[i] = cache + L::content_byte(slot, 8 * (lane + i * WARP_SIZE));
+  for (int i = 0; i < CONTENT_CHUNKS_PER_LANE; ++i)
+    d.content[i] = cache + L::content_byte(slot, 8 * (lane + i * WARP_SIZE));
   d.rope = cache + L::rope_byte(slot, 16 * (lane % ROPE_CHUNKS));
   d.scale = cache + L::scale_byte(slot);
   return d;

@@ -1,7 +1,8 @@
 // TMA producer of the decode kernels and their role split (wide: kernel.cuh; narrow: narrow/kernel.cuh): the
-// query tile per piece (tensor-map tile loads) and every page (three bulk copies), in the order the math warpgroups consume them, issued by one thread
-// that blocks on each barrier it needs (nothing else runs there). Storage: SharedStorage (traits.h) or
-// NarrowStorage (narrow/config.h), each with kStages and kQBufs, and an issue_query_tile overload.
+// query tile per piece (tensor-map tile loads) and every page (three bulk copies), in the order the math
+// warpgroups consume them, issued by one thread that blocks on each barrier it needs (nothing else runs there).
+// Storage: SharedStorage (traits.h) or NarrowStorage (narrow/config.h), each with kStages and kQBufs, and an
+// issue_query_tile overload.
 #pragma once
 
 #include "common/griddep.cuh"
