@@ -1,5 +1,6 @@
 """The compiled decode kernel must show the design in SASS: FP8 WGMMA (QGMMA) for QK content and PV,
-BF16 WGMMA (HGMMA) for the RoPE k-group, TMA loads (UTMALDG), setmaxnreg, and no local-memory traffic.
+BF16 WGMMA (HGMMA) for the RoPE k-group, bulk copies of the pages (UBLKCP) and TMA tile loads of the query tile
+(UTMALDG), setmaxnreg, and no local-memory traffic.
 
 Reads the built extension with cuobjdump (pip: nvidia-cuda-cuobjdump + nvidia-cuda-nvdisasm, installed by
 requirements.txt), so CI checks the SASS of every build without a GPU. Skips when either is missing.
@@ -48,7 +49,10 @@ def test_decode_kernel_uses_fp8_and_bf16_wgmma_and_tma(sass_by_function):
     assert len(pv) >= 8 and len(pv) % 8 == 0, f"PV: {len(pv)} RS QGMMA.64x64x32 (8 per block expected)"
     assert len(hgmma) >= 4 and len(hgmma) % 4 == 0, "RoPE k-group (64 dims = 4 BF16 k16 steps) must be HGMMA"
     assert "LDSM.16.MT88.4" in sass and "STSM" not in sass, "V^T must go straight from ldmatrix.trans to the WGMMA"
-    assert "UTMALDG" in sass, "KV tiles must arrive by TMA"
+    # The pages arrive by 1-D bulk copies (content, RoPE, scales: the cache stores the stage's Swizzle-128B image,
+    # kv_layout.h), the query tile by TMA tile loads.
+    assert len(re.findall(r"UBLKCP\.S\.G", sass)) == 3, "a page must arrive by 3 bulk copies (UBLKCP)"
+    assert "UTMALDG" in sass, "the query tile must arrive by TMA"
     assert "USETMAXREG" in sass, "producer/math register split (setmaxnreg) missing"
     # One WARPGROUP.ARRIVE per commit group (the QK, and one per PV m-tile): more would mean ptxas injected fences.
     arrives = len(re.findall(r"WARPGROUP\.ARRIVE", sass))
@@ -78,6 +82,7 @@ def test_narrow_decode_kernel_shows_its_design(sass_by_function):
     assert "LDSM.16.MT88.4" in sass, "V^T fragments must come from ldmatrix.trans"
     assert "STSM" not in sass, "the narrow kernel must not write V^T back to shared memory"
     assert "UTMALDG" in sass and "USETMAXREG" in sass
+    assert len(re.findall(r"UBLKCP\.S\.G", sass)) == 3, "a page must arrive by 3 bulk copies (UBLKCP)"
     # One WARPGROUP.ARRIVE per commit group: 1 QK + 4 PV waves per block body. More means ptxas injected
     # fences (C7519) or serialised the WGMMAs.
     bodies = len(qgmma) // 32
