@@ -13,7 +13,8 @@
 //     4 m-tiles of 2 RS QGMMA m64n64k32, A = V^T from ldmatrix.trans of the content tiles, B = P^T, each m-tile
 //     folded into O^T in fp32. mainloop.cuh, softmax.cuh, exchange.cuh, epilogue.cuh.
 //   WG2 (producer, PRODUCER_REGS = 40): one thread issues the TMA loads (tma_producer.cuh): the query tile once
-//     per piece (4 warp slabs) and the page of each block (41216 B).
+//     per piece (4 warp slabs, tensor-map tile loads) and the page of each block (41216 B, 3 bulk copies: the
+//     cache holds the stage's Swizzle-128B image, kv_layout.h).
 // Pipeline: 4 KV stages (kv_full: TMA bytes; xchg_full when the owner's hand-off is in the RoPE tile; kv_empty
 // when both warpgroups' PV of the block retired), query tile q_full / q_empty once per piece. Barrier phases
 // come from one running block index shared by all roles.

@@ -15,7 +15,8 @@
 //     and its PV, folding into its own O~ and state. At the end of a piece both states merge like two splits
 //     (merge_store.cuh), each warpgroup storing half the dims.
 //   WG2 (producer, N_PRODUCER_REGS = 40): lane 0 of warp 0 issues the TMA loads: the query tile once per piece
-//     (10 KB, rows past q_rows zero-filled) and the page of each block (41216 B); the warp loads the page ids,
+//     (10 KB, rows past q_rows zero-filled) and the page of each block (41216 B, 3 bulk copies of the stage's
+//     image, kv_layout.h); the warp loads the page ids,
 //     32 at a time. Nothing else runs there, so it simply blocks on each barrier it needs.
 // Pipeline: 4 KV stages (kv_full: TMA bytes; kv_empty: the owner's 128 threads once its QK retired; the V^T
 // fragments and k scales are in registers by then), 2 query buffers (q_full / q_empty, by piece parity).
