@@ -29,7 +29,8 @@ static_assert(D_V_PER_WG_C == SWIZZLE_ROW_BYTES, "a warpgroup's dims are one 128
 // its 3 owned stages (4 content tiles + RoPE + scales) and for the 3 others only the 2 content tiles of its own
 // dims plus the hand-off the peer pushes. The content tiles both CTAs need (the non-owner's dims) arrive by one
 // multicast bulk copy (8 KB each, contiguous in the cache's Swizzle-128B page image) into the same offset in both;
-// the owner's dims, the RoPE tile and the scales by unicast bulk copies into the owner. HBM bytes per block: 41216, once per cluster.
+// the owner's dims, the RoPE tile and the scales by unicast bulk copies into the owner. HBM bytes per block:
+// 41216, once per cluster.
 inline constexpr int KV_STAGES_C = 6;
 static_assert(KV_STAGES_C % CLUSTER_CTAS == 0 && KV_STAGES_C % 2 == 0, "a stage's blocks have one owner rank");
 inline constexpr int MC_TILE_BYTES = 2 * CONTENT_TILE_BYTES;                 // 16384 multicast per block
