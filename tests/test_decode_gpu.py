@@ -207,6 +207,42 @@ def test_debug_check_seqlens_within_block_table():
         flash_mla_with_kvcache(p.q, p.cache, p.block_table, seqlens, 512, meta, splits)
 
 
+def test_debug_check_page_ids():
+    """A page id outside the cache inside a request's pages: SNAPMLA_DEBUG_CHECKS=1 names the entry."""
+    b, s_q, h_q = 2, 1, 16
+    p = inputs(b, s_q, h_q, [100, 64], False, 51)
+    num_blocks = p.cache.data.shape[0]
+    meta, splits = get_mla_metadata(p.cache_seqlens, s_q * h_q, 1)
+    for bad in (num_blocks, -1, 2147480000):
+        table = p.block_table.clone()
+        table[0, 1] = bad  # request 0 (100 tokens) uses pages 0 and 1
+        msg = rf"block_table\[0, 1\] = {bad} is not a page of the cache \(num_blocks = {num_blocks}\)"
+        with pytest.raises(RuntimeError, match=msg):
+            flash_mla_with_kvcache(p.q, p.cache, table, p.cache_seqlens, 512, meta, splits)
+
+
+def test_out_of_range_page_ids_read_page_zero(monkeypatch):
+    """Without the debug checks nothing is checked on the host (no sync): a page id outside [0, num_blocks)
+    inside a request's pages reads page 0 (the pages are bulk copies, which have no bounds; tma_producer.cuh
+    page_bytes), never memory past the cache. The same call with those ids set to 0 gives the same bits."""
+    monkeypatch.delenv("SNAPMLA_DEBUG_CHECKS")
+    for kernel, h_q in (("narrow", 16), ("wide", 64), ("cluster", 64)):
+        monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", kernel)
+        p = inputs(3, 1, h_q, [200, 64, 130], False, 52)
+        p.cache.data[0] = p.cache.data[p.block_table[1, 0]]  # page 0 := a full page of request 1 (no NaN)
+        bad, zero = p.block_table.clone(), p.block_table.clone()
+        for r, pg, v in ((0, 2, p.cache.data.shape[0]), (1, 0, -7), (2, 1, 2147480000)):
+            bad[r, pg], zero[r, pg] = v, 0
+        outs = []
+        for table in (bad, zero):
+            meta, splits = get_mla_metadata(p.cache_seqlens, h_q, 1, num_sm_parts=4)
+            outs.append(flash_mla_with_kvcache(p.q, p.cache, table, p.cache_seqlens, 512, meta, splits))
+        torch.cuda.synchronize()
+        assert outs[1][0].isfinite().all(), kernel
+        assert_bitwise_equal(outs[0][0], outs[1][0], f"{kernel} out")
+        assert_bitwise_equal(outs[0][1], outs[1][1], f"{kernel} lse")
+
+
 def test_debug_check_total_pieces():
     b, s_q, h_q = 2, 1, 16
     p = inputs(b, s_q, h_q, [100, 64], False, 50)

@@ -5,9 +5,11 @@
 // device, so CPU tests can trigger every message except the device ones (a CPU tensor that passes everything
 // else is told it must be a CUDA tensor). Nothing here syncs with the device, so the call can be captured in a
 // CUDA graph. What the host cannot check without a sync: cache_seqlens within the block table's capacity
-// (max_pages * 64) and the values of the metadata. The decode kernel clamps each seqlen to [0, max_pages * 64]
-// and so never reads a block-table entry past its row; SNAPMLA_DEBUG_CHECKS=1 adds synchronous checks of both
-// and pre-fills outputs and split workspaces with NaN (not capturable; for debugging and tests).
+// (max_pages * 64), the page ids inside each request's pages, and the values of the metadata. The decode kernel
+// clamps each seqlen to [0, max_pages * 64] and so never reads a block-table entry past its row, and reads page
+// 0 for an id outside [0, num_blocks) (its pages are bulk copies, which have no bounds: tma_producer.cuh
+// page_bytes); SNAPMLA_DEBUG_CHECKS=1 adds synchronous checks of all three and pre-fills outputs and split
+// workspaces with NaN (not capturable; for debugging and tests).
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/all.h>
@@ -45,13 +47,21 @@ void check_rows_foldable(const at::Tensor& t, int64_t h_q, const char* name) {
 
 
 // SNAPMLA_DEBUG_CHECKS=1: synchronous value checks the fast path cannot afford.
-void debug_check_values(const at::Tensor& cache_seqlens, const at::Tensor& num_splits, int64_t max_pages,
-                        int64_t max_total_splits) {
+void debug_check_values(const at::Tensor& cache_seqlens, const at::Tensor& block_table, const at::Tensor& num_splits,
+                        int64_t max_pages, int64_t num_blocks, int64_t max_total_splits) {
   const at::Tensor seqlens = cache_seqlens.cpu();
+  const at::Tensor table = block_table.cpu();
   const int* s = seqlens.data_ptr<int>();
-  for (int64_t r = 0; r < seqlens.size(0); ++r)
+  for (int64_t r = 0; r < seqlens.size(0); ++r) {
     TORCH_CHECK(s[r] >= 0 && s[r] <= max_pages * L::PAGE_BLOCK_SIZE, "cache_seqlens[", r, "] must be in [0, ",
                 max_pages * L::PAGE_BLOCK_SIZE, "] (block_table.shape[1] * 64), got ", s[r]);
+    const int* row = table[r].data_ptr<int>();  // the row's stride is free: index through the row tensor
+    const int64_t pages = (s[r] + L::PAGE_BLOCK_SIZE - 1) / L::PAGE_BLOCK_SIZE;
+    for (int64_t pg = 0; pg < pages; ++pg)
+      TORCH_CHECK(row[pg * table.stride(1)] >= 0 && row[pg * table.stride(1)] < num_blocks, "block_table[", r, ", ",
+                  pg, "] = ", row[pg * table.stride(1)], " is not a page of the cache (num_blocks = ", num_blocks,
+                  "), but request ", r, " has cache_seqlens[", r, "] = ", s[r]);
+  }
   const int total = num_splits[-1].item<int>();
   TORCH_CHECK(total >= 0 && total <= max_total_splits, "num_splits[-1] (total pieces) must be in [0, ",
               max_total_splits, "] (b + num_sm_parts), got ", total,
@@ -152,7 +162,7 @@ std::tuple<at::Tensor, at::Tensor> decode_impl(const at::Tensor& q_content, cons
   at::Tensor o_accum = at::empty({max_total_splits, q_rows, L::D_CONTENT}, f32);
   at::Tensor lse_accum = at::empty({max_total_splits, q_rows}, f32);
   if (checks::env_flag("SNAPMLA_DEBUG_CHECKS")) {
-    debug_check_values(cache_seqlens, num_splits, max_pages, max_total_splits);
+    debug_check_values(cache_seqlens, block_table, num_splits, max_pages, num_blocks, max_total_splits);
     const double nan = std::numeric_limits<double>::quiet_NaN();
     out.fill_(nan);
     lse.fill_(nan);
