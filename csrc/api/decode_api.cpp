@@ -51,16 +51,18 @@ void debug_check_values(const at::Tensor& cache_seqlens, const at::Tensor& block
                         int64_t max_pages, int64_t num_blocks, int64_t max_total_splits) {
   const at::Tensor seqlens = cache_seqlens.cpu();
   const at::Tensor table = block_table.cpu();
+  const auto ids = table.accessor<int, 2>();  // strided like block_table
   const int* s = seqlens.data_ptr<int>();
   for (int64_t r = 0; r < seqlens.size(0); ++r) {
     TORCH_CHECK(s[r] >= 0 && s[r] <= max_pages * L::PAGE_BLOCK_SIZE, "cache_seqlens[", r, "] must be in [0, ",
                 max_pages * L::PAGE_BLOCK_SIZE, "] (block_table.shape[1] * 64), got ", s[r]);
-    const int* row = table[r].data_ptr<int>();  // the row's stride is free: index through the row tensor
     const int64_t pages = (s[r] + L::PAGE_BLOCK_SIZE - 1) / L::PAGE_BLOCK_SIZE;
-    for (int64_t pg = 0; pg < pages; ++pg)
-      TORCH_CHECK(row[pg * table.stride(1)] >= 0 && row[pg * table.stride(1)] < num_blocks, "block_table[", r, ", ",
-                  pg, "] = ", row[pg * table.stride(1)], " is not a page of the cache (num_blocks = ", num_blocks,
-                  "), but request ", r, " has cache_seqlens[", r, "] = ", s[r]);
+    for (int64_t pg = 0; pg < pages; ++pg) {
+      const int id = ids[r][pg];
+      TORCH_CHECK(id >= 0 && id < num_blocks, "block_table[", r, ", ", pg, "] = ", id,
+                  " is not a page of the cache (num_blocks = ", num_blocks, "), but request ", r, " has cache_seqlens[",
+                  r, "] = ", s[r]);
+    }
   }
   const int total = num_splits[-1].item<int>();
   TORCH_CHECK(total >= 0 && total <= max_total_splits, "num_splits[-1] (total pieces) must be in [0, ",

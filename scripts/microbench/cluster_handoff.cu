@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "host_timing.h"
 #include "kernels/sm90/common/mbarrier.cuh"
 
 using namespace snapmla::sm90;
@@ -252,12 +253,7 @@ __device__ void stream_pages(StreamSmem& ss, const uint8_t* pages, int stream, u
   sink[blockIdx.x] = acc;
 }
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+using microbench::check;
 
 template <int MODE>
 void launch_handoff(int vecs, int pairs, long long* d_out, uint32_t* d_sm) {
@@ -291,9 +287,6 @@ void run_handoff(int mode, int vecs, int pairs, long long* d_out, uint32_t* d_sm
 
 float run_stream(bool multicast, int streams, const uint8_t* d_pages, unsigned long long* d_sink) {
   const int smem = static_cast<int>(sizeof(StreamSmem));
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "event");
-  check(cudaEventCreate(&b), "event");
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -310,24 +303,12 @@ float run_stream(bool multicast, int streams, const uint8_t* d_pages, unsigned l
     check(cudaOccupancyMaxActiveClusters(&clusters, stream_kernel<true>, &cfg), "occupancy");
     std::printf("multicast: %d of %d clusters can be resident at once\n", clusters, streams);
   }
-  float best = 1e30f;
-  for (int rep = 0; rep < 5; ++rep) {
-    check(cudaEventRecord(a), "record");
-    if (multicast) {
+  return microbench::fastest_ms([&] {
+    if (multicast)
       check(cudaLaunchKernelEx(&cfg, stream_kernel<true>, d_pages, streams, d_sink), "multicast launch");
-    } else {
+    else
       stream_kernel<false><<<streams, 32, smem>>>(d_pages, streams, d_sink);
-      check(cudaGetLastError(), "unicast launch");
-    }
-    check(cudaEventRecord(b), "record");
-    check(cudaEventSynchronize(b), "sync");
-    float ms = 0.f;
-    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
-    best = std::min(best, ms);
-  }
-  check(cudaEventDestroy(a), "event");
-  check(cudaEventDestroy(b), "event");
-  return best;
+  }, 5);
 }
 
 }  // namespace

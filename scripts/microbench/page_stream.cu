@@ -33,18 +33,14 @@
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
 #include "kv_layout.h"
+#include "host_timing.h"
 
 using namespace snapmla::sm90;
 namespace kvl = snapmla::kv_layout;
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::printf("CUDA error at %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+using microbench::check;
 
 enum Pattern { BULK = 0, KERNEL = 1, TILE_MAJOR = 2, BF16 = 3, BULK3 = 4 };
 constexpr int BF16_PAGE_BYTES = 64 * 576 * 2;  // 73728
@@ -56,25 +52,19 @@ struct Maps {
   CUtensorMap bf16;                  // FlashMLA page
 };
 
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(smem_u32(bar))
-               : "memory");
-}
-
 // Stage s starts at s * stage_bytes (1024-B aligned: Swizzle-128B tiles).
 template <int PATTERN>
 __device__ __forceinline__ void issue_page(uint8_t* stage, uint64_t* bar, const Maps& m,
                                            const uint8_t* cache, int page) {
   if constexpr (PATTERN == BULK) {
     mbarrier_arrive_expect_tx(bar, kvl::PAGE_BYTES);
-    bulk_load(smem_u32(stage), cache + static_cast<size_t>(page) * kvl::PAGE_BYTES, kvl::PAGE_BYTES, bar);
+    bulk_load(stage, cache + static_cast<size_t>(page) * kvl::PAGE_BYTES, kvl::PAGE_BYTES, bar);
   } else if constexpr (PATTERN == BULK3) {
     mbarrier_arrive_expect_tx(bar, kvl::PAGE_BYTES);
     const uint8_t* pg = cache + static_cast<size_t>(page) * kvl::PAGE_BYTES;
-    bulk_load(smem_u32(stage), pg, kvl::ROPE_OFFSET, bar);
-    bulk_load(smem_u32(stage + kvl::ROPE_OFFSET), pg + kvl::ROPE_OFFSET, kvl::SCALE_OFFSET - kvl::ROPE_OFFSET, bar);
-    bulk_load(smem_u32(stage + kvl::SCALE_OFFSET), pg + kvl::SCALE_OFFSET, kvl::PAGE_BYTES - kvl::SCALE_OFFSET, bar);
+    bulk_load(stage, pg, kvl::ROPE_OFFSET, bar);
+    bulk_load(stage + kvl::ROPE_OFFSET, pg + kvl::ROPE_OFFSET, kvl::SCALE_OFFSET - kvl::ROPE_OFFSET, bar);
+    bulk_load(stage + kvl::SCALE_OFFSET, pg + kvl::SCALE_OFFSET, kvl::PAGE_BYTES - kvl::SCALE_OFFSET, bar);
   } else if constexpr (PATTERN == BF16) {
     mbarrier_arrive_expect_tx(bar, BF16_PAGE_BYTES);
 #pragma unroll
@@ -150,23 +140,9 @@ float run(const Maps& maps, const uint8_t* cache, const int* perm, int ctas, int
           unsigned long long* sink) {
   const int smem = stages * stage_bytes + MAX_STAGES * 8;
   check(cudaFuncSetAttribute(stream_kernel<PATTERN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), "smem");
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "event");
-  check(cudaEventCreate(&b), "event");
-  float best = 1e30f;
-  for (int rep = 0; rep < 6; ++rep) {  // rep 0 warms up
-    check(cudaEventRecord(a), "record");
-    stream_kernel<PATTERN><<<ctas, 32, smem>>>(maps, cache, perm, stages, stage_bytes, sink);
-    check(cudaGetLastError(), "launch");
-    check(cudaEventRecord(b), "record");
-    check(cudaEventSynchronize(b), "sync");
-    float ms = 0.f;
-    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
-    if (rep > 0) best = std::min(best, ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return best;
+  // Launch 0 warms up.
+  return microbench::fastest_ms(
+      [&] { stream_kernel<PATTERN><<<ctas, 32, smem>>>(maps, cache, perm, stages, stage_bytes, sink); }, 5, 1);
 }
 
 }  // namespace
