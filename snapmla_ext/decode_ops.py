@@ -214,7 +214,8 @@ def flash_mla_with_kvcache(
     Kernel: s_q * h_q <= 16 runs the narrow kernel, larger ones the wide one (docs/decode_kernel.md); the
     environment variable SNAPMLA_DECODE_KERNEL=narrow|wide|auto overrides the choice (wide also for
     s_q * h_q <= 16); =cluster runs the experimental 2-CTA cluster kernel for s_q * h_q > 16 (set it before
-    get_mla_metadata: its default num_sm_parts is half the wide kernel's).
+    get_mla_metadata: its default num_sm_parts is half the wide kernel's); =ws runs the warp-specialised wide
+    kernel (QK and softmax in one warpgroup, PV in two others) for s_q * h_q > 16.
     """
     unsupported = {
         "indices": indices,

@@ -226,7 +226,7 @@ def test_out_of_range_page_ids_read_page_zero(monkeypatch):
     inside a request's pages reads page 0 (the pages are bulk copies, which have no bounds; tma_producer.cuh
     page_bytes), never memory past the cache. The same call with those ids set to 0 gives the same bits."""
     monkeypatch.delenv("SNAPMLA_DEBUG_CHECKS")
-    for kernel, h_q in (("narrow", 16), ("wide", 64), ("cluster", 64)):
+    for kernel, h_q in (("narrow", 16), ("wide", 64), ("cluster", 64), ("ws", 64)):
         monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", kernel)
         p = inputs(3, 1, h_q, [200, 64, 130], False, 52)
         p.cache.data[0] = p.cache.data[p.block_table[1, 0]]  # page 0 := a full page of request 1 (no NaN)

@@ -83,6 +83,13 @@ def test_graph_replay_cluster_kernel(monkeypatch, num_sm_parts):
     test_graph_replay_with_new_seqlens(step_old_style, num_sm_parts)
 
 
+@pytest.mark.parametrize("num_sm_parts", [None, 300], ids=["default_parts", "forced_split"])
+def test_graph_replay_ws_kernel(monkeypatch, num_sm_parts):
+    """The warp-specialised wide kernel (SNAPMLA_DECODE_KERNEL=ws) captured and replayed with new seqlens."""
+    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "ws")
+    test_graph_replay_with_new_seqlens(step_old_style, num_sm_parts)
+
+
 def test_graph_replay_narrow_kernel(monkeypatch):
     """The narrow kernel (q_rows <= 16, forced, whatever the automatic choice) captured and replayed with new
     seqlens, forced split."""

@@ -25,10 +25,14 @@ namespace snapmla::sm90::decode_fp8 {
 inline constexpr int BAR_EPILOGUE_WG0 = 1;  // named barrier of math warpgroup wg: + wg (0 is __syncthreads)
 
 // req, split: the piece's request and its index among the request's pieces (passed apart from the Piece so the
-// caller need not keep them in registers across its block loop).
-__device__ __forceinline__ void store_piece(const DecodeParams& p, SharedStorage& ss, int req, int split, int m_tile,
-                                            int wg, int warp, int lane, const float (&o)[PV_M_TILES][32],
-                                            const RowState (&st)[2]) {
+// caller need not keep them in registers across its block loop). state_of(rr): the state of the thread's row
+// row0 + 8 rr after the piece, asked for by the quad leads only (t = 0): the wide kernel passes its registers,
+// the warp-specialised one reads the last block's hand-off in shared memory (ws/pv_wg.cuh), so that no state is
+// held in registers next to O^T there.
+template <typename StateOf>
+__device__ __forceinline__ void store_piece_state_of(const DecodeParams& p, SharedStorage& ss, int req, int split,
+                                                     int m_tile, int wg, int warp, int lane,
+                                                     const float (&o)[PV_M_TILES][32], StateOf&& state_of) {
   // Row indices are rebuilt here rather than kept live across the block loop (register pressure).
   lane = opaque(lane);
   req = opaque(req);
@@ -40,18 +44,15 @@ __device__ __forceinline__ void store_piece(const DecodeParams& p, SharedStorage
   if (t == 0) {
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
-      const float inv_l = st[rr].m == -INFINITY ? 0.f : 1.f / st[rr].l;
-      ss.row_state[wg][row0 + 8 * rr] = make_float4(st[rr].m, st[rr].inv, st[rr].l, inv_l);
+      const RowState st = state_of(rr);
+      const float inv_l = st.m == -INFINITY ? 0.f : 1.f / st.l;
+      ss.row_state[wg][row0 + 8 * rr] = make_float4(st.m, st.inv, st.l, inv_l);
+      // lse, in row layout, by warpgroup 0.
+      const int k = r + 8 * rr;
+      const int row = warp_first_q_row(m_tile, warp, rpw) + k;
+      if (wg != 0 || k >= rpw || row >= p.q_rows) continue;
+      store_piece_lse(p, po, req, row, st.m + log2f(st.l / st.inv), st.m == -INFINITY);
     }
-  }
-  // lse, in row layout, by warpgroup 0.
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int k = r + 8 * rr;
-    const int row = warp_first_q_row(m_tile, warp, rpw) + k;
-    if (wg != 0 || t != 0 || k >= rpw || row >= p.q_rows) continue;
-    const bool empty = st[rr].m == -INFINITY;
-    store_piece_lse(p, po, req, row, st[rr].m + log2f(st[rr].l / st[rr].inv), empty);
   }
   named_barrier_sync(BAR_EPILOGUE_WG0 + wg, WG_THREADS);
   const int dim0 = PV_M_TILES * 64 * wg + 16 * warp + 2 * r;  // + 64 mt
@@ -71,6 +72,13 @@ __device__ __forceinline__ void store_piece(const DecodeParams& p, SharedStorage
     }
   }
   named_barrier_sync(BAR_EPILOGUE_WG0 + wg, WG_THREADS);
+}
+
+// The wide kernel's form: the state in registers.
+__device__ __forceinline__ void store_piece(const DecodeParams& p, SharedStorage& ss, int req, int split, int m_tile,
+                                            int wg, int warp, int lane, const float (&o)[PV_M_TILES][32],
+                                            const RowState (&st)[2]) {
+  store_piece_state_of(p, ss, req, split, m_tile, wg, warp, lane, o, [&](int rr) { return st[rr]; });
 }
 
 }  // namespace snapmla::sm90::decode_fp8

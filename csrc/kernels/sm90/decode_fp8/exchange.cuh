@@ -89,12 +89,26 @@ __device__ __forceinline__ void read_block_state(uint32_t tile, int row0, RowSta
                  : "memory");
 }
 
-// The fold scales of the thread's 16 O^T columns (tile rows 8i + 2t + e): col_scale[2i + e], 8 LDS.64.
-__device__ __forceinline__ void read_col_scales(uint32_t tile, int t, float (&col_scale)[16]) {
+// The state after the block of one tile row (its m, inv, L~), read from the hand-off.
+__device__ __forceinline__ RowState read_row_state(uint32_t tile, int row) {
+  RowState st;
+  float o_scale;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(st.m), "=f"(st.inv), "=f"(st.l), "=f"(o_scale)
+               : "r"(tile + XCHG_STATE_OFFSET + 16 * row)
+               : "memory");
+  return st;
+}
+
+// The fold scales of the thread's O^T columns (tile rows 8i + 2t + e) for i = FIRST .. FIRST + COUNT - 1:
+// col_scale[2 (i - FIRST) + e], COUNT LDS.64 (all 16 columns: FIRST = 0, COUNT = 8).
+template <int FIRST = 0, int COUNT = 8>
+__device__ __forceinline__ void read_col_scales(uint32_t tile, int t, float (&col_scale)[2 * COUNT]) {
+  static_assert(FIRST >= 0 && COUNT > 0 && FIRST + COUNT <= 8, "8 column chunks of the 64 tile rows");
 #pragma unroll
-  for (int i = 0; i < 8; ++i)
+  for (int i = FIRST; i < FIRST + COUNT; ++i)
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
-                 : "=f"(col_scale[2 * i]), "=f"(col_scale[2 * i + 1])
+                 : "=f"(col_scale[2 * (i - FIRST)]), "=f"(col_scale[2 * (i - FIRST) + 1])
                  : "r"(tile + XCHG_SCALE_OFFSET + 4 * (8 * i + 2 * t))
                  : "memory");
 }

@@ -40,5 +40,6 @@ using LaunchFirst = std::function<void()>;
 void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first = {});
 void launch_decode_fp8_narrow(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first = {});
 void launch_decode_fp8_cluster(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first = {});
+void launch_decode_fp8_ws(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first = {});
 
 }  // namespace snapmla::sm90::decode_fp8

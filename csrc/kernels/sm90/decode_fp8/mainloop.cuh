@@ -34,20 +34,20 @@
 
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/wgmma.cuh"
+#include "kernels/sm90/decode_fp8/block_pv.cuh"
 #include "kernels/sm90/decode_fp8/block_trace.cuh"
 #include "kernels/sm90/decode_fp8/cta_trace.cuh"
 #include "kernels/sm90/decode_fp8/epilogue.cuh"
 #include "kernels/sm90/decode_fp8/exchange.cuh"
-#include "kernels/sm90/decode_fp8/narrow/pv.cuh"
 #include "kernels/sm90/decode_fp8/phase_trace.cuh"
+#include "kernels/sm90/decode_fp8/qk_steps.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
 #include "kernels/sm90/decode_fp8/softmax.cuh"
 #include "kernels/sm90/decode_fp8/traits.h"
 
 namespace snapmla::sm90::decode_fp8 {
 
-// S = Q . K^T over 512 FP8 dims and 64 BF16 RoPE dims. Both operands are K-major Swizzle-128B tiles of 64 rows
-// x 128 B; k-step kk reads bytes 32*(kk%4) of tile kk/4.
+// S = Q . K^T over 512 FP8 dims and 64 BF16 RoPE dims (qk_steps.cuh).
 // The 16 FP8 k-steps go into WIDE_QK_CHAINS = 2 fresh accumulators of 8 chained steps each (the RoPE k-group into the
 // second), summed in fp32 by qk_block. An FP8 WGMMA step aligns its 32 products to the accumulator's exponent and
 // keeps 13 fraction bits there (H200 probe, scripts/microbench/wgmma_fp8_accumulation.cu), so one chain of 16
@@ -59,26 +59,12 @@ namespace snapmla::sm90::decode_fp8 {
 inline constexpr int WIDE_QK_CHAINS = 2;
 __device__ __forceinline__ void issue_qk(float (&s)[WIDE_QK_CHAINS][32], const SharedStorage& ss, int stage) {
   constexpr int CHAIN = QK_CONTENT_STEPS / WIDE_QK_CHAINS;
-  static_assert(QK_CONTENT_STEPS % WIDE_QK_CHAINS == 0, "every chain has CHAIN steps, the first with scale-d = 0");
-  constexpr uint32_t SBO = 8 * SWIZZLE_ROW_BYTES;  // 1024 B between 8-row groups
-  // One descriptor per operand; k-steps add their byte offset / 16 to the start-address field (addresses stay
-  // below 256 KB, so the 14-bit field never carries). The Q descriptor goes through an opaque move so the
-  // compiler rebuilds the 20 Q descriptors per block (2 integer adds each) instead of hoisting 40 registers.
-  const uint64_t q_desc = opaque(make_smem_desc(smem_u32(ss.q_content), SBO, SmemSwizzle::k128B));
-  const uint64_t k_desc = make_smem_desc(smem_u32(ss.kv_content[stage]), SBO, SmemSwizzle::k128B);
-#pragma unroll
-  for (int kk = 0; kk < QK_CONTENT_STEPS; ++kk) {
-    const uint32_t off16 =
-        ((kk / STEPS_PER_SWIZZLE_ROW) * CONTENT_TILE_BYTES + (kk % STEPS_PER_SWIZZLE_ROW) * K_STEP_BYTES) >> 4;
-    wgmma_m64n64k32_e4m3_ss(s[kk / CHAIN], q_desc + off16, k_desc + off16, kk % CHAIN > 0);
-  }
-  const uint64_t qr_desc = opaque(make_smem_desc(smem_u32(ss.q_rope), SBO, SmemSwizzle::k128B));
-  const uint64_t kr_desc = make_smem_desc(smem_u32(ss.kv_rope[stage]), SBO, SmemSwizzle::k128B);
-#pragma unroll
-  for (int kk = 0; kk < QK_ROPE_STEPS; ++kk) {
-    const uint32_t off16 = (kk * K_STEP_BYTES) >> 4;
-    wgmma_m64n64k16_bf16_ss(s[WIDE_QK_CHAINS - 1], qr_desc + off16, kr_desc + off16, 1);
-  }
+  static_assert(WIDE_QK_CHAINS == 2 && QK_CONTENT_STEPS % WIDE_QK_CHAINS == 0, "two chains of CHAIN steps");
+  const uint64_t q_desc = q_content_desc(ss);
+  const uint64_t k_desc = k_content_desc(ss, stage);
+  issue_qk_content_steps<0, CHAIN>(s[0], q_desc, k_desc);
+  issue_qk_content_steps<CHAIN, CHAIN>(s[1], q_desc, k_desc);
+  issue_qk_rope_steps(s[WIDE_QK_CHAINS - 1], q_rope_desc(ss), k_rope_desc(ss, stage));
 }
 
 // QK of the block, retired. The stage stays held until the hand-off of the block was read (kv_empty).
@@ -103,69 +89,6 @@ __device__ __forceinline__ void qk_block(float (&s)[32], SharedStorage& ss, int 
   for (int k = 0; k < 32; ++k) s[k] = sc[0][k] + sc[1][k];
   tm.mark(TP_QK);
   if (release_q) mbarrier_arrive(&ss.q_empty[0]);
-}
-
-// PV of block n for this warpgroup's 256 dims (m-tiles 4wg .. 4wg + 3): per m-tile, O^T[mt] (64 dims x 64 tile
-// rows) = O^T[mt] * o_scale[row] + V^T[mt] . P^T, with V^T[mt] as the register A operand (ldmatrix.trans from the
-// stage's content tiles, narrow/pv.cuh load_v_frags) and P^T from the hand-off. The next m-tile's fragments load
-// while the current one runs; the accumulator is fresh per m-tile and folded in fp32 (see the header).
-// Then the stage's last reads by this warpgroup are done: kv_empty.
-template <bool MASKED>
-__device__ __forceinline__ void pv_block(float (&o)[PV_M_TILES][32], SharedStorage& ss, int n, int wg, int warp, int lane,
-                                         int n_valid) {
-  const int stage = n % KV_STAGES;
-  const uint32_t tile = smem_u32(ss.kv_rope[stage]);
-  const uint32_t content = smem_u32(ss.kv_content[stage]);
-  float col_scale[16];
-  read_col_scales(tile, lane % 4, col_scale);
-  const uint64_t pt_desc = make_smem_desc(tile, 8 * BLOCK_N, SmemSwizzle::k64B);  // P^T: 512 B per 8 rows of 64 B
-  uint32_t a[2][PV_STEPS][4];
-  narrow::load_v_frags<MASKED>(a[0], content, PV_M_TILES * wg, warp, lane, n_valid);
-#pragma unroll
-  for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[0][g]);
-#pragma unroll
-  for (int mt = 0; mt < PV_M_TILES; ++mt) {
-    float acc[32];
-    wgmma_fence_operands(acc);
-    wgmma_arrive();
-#pragma unroll
-    for (int g = 0; g < PV_STEPS; ++g)
-      wgmma_m64n64k32_e4m3_rs(acc, a[mt % 2][g], pt_desc + ((g * K_STEP_BYTES) >> 4), g > 0);
-    wgmma_commit();
-    if (mt + 1 < PV_M_TILES) {
-      // Other registers than the ones in flight: a[(mt + 1) % 2] belonged to m-tile mt - 1, retired.
-      narrow::load_v_frags<MASKED>(a[(mt + 1) % 2], content, PV_M_TILES * wg + mt + 1, warp, lane, n_valid);
-#pragma unroll
-      for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[(mt + 1) % 2][g]);
-    }
-    wgmma_wait<0>();
-    wgmma_fence_operands(acc);
-#pragma unroll
-    for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[mt % 2][g]);
-    // Accumulator index 4i + 2rr + e: dim row rr, column (tile row) 8i + 2t + e.
-#pragma unroll
-    for (int k = 0; k < 32; ++k) o[mt][k] = fmaf(o[mt][k], col_scale[2 * (k / 4) + k % 2], acc[k]);
-  }
-  release_stage(&ss.kv_empty[stage]);  // no proxy fence needed (mbarrier.cuh)
-}
-
-// The other warpgroup's block n: wait for its hand-off and take the state after it (the softmax of the next
-// block starts from it).
-__device__ __forceinline__ void take_handoff_state(SharedStorage& ss, int n, int row0, RowState (&st)[2],
-                                                   float (&o_scale)[2]) {
-  const int stage = n % KV_STAGES;
-  mbarrier_wait(&ss.xchg_full[stage], (n / KV_STAGES) & 1);
-  read_block_state(smem_u32(ss.kv_rope[stage]), row0, st, o_scale);
-}
-
-// PV of block n once its hand-off is complete: the caller has waited on xchg_full (the owner too, for its own 128
-// threads' P^T stores).
-__device__ __forceinline__ void pv_after_handoff(float (&o)[PV_M_TILES][32], SharedStorage& ss, int n, int wg, int warp,
-                                                 int lane, int n_valid) {
-  if (n_valid >= BLOCK_N)
-    pv_block<false>(o, ss, n, wg, warp, lane, n_valid);
-  else
-    pv_block<true>(o, ss, n, wg, warp, lane, n_valid);
 }
 
 __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedRow& row, int wg) {

@@ -38,9 +38,10 @@ struct PhaseTimer {
   unsigned long long* acc;  // SharedStorage::trace[wg], TP_COUNT entries, written by one thread only
   bool on;
   uint32_t last;
-  __device__ __forceinline__ explicit PhaseTimer(unsigned long long* trace) : acc(trace) {
+  // clear = false: the totals are already in `trace` (RegPhaseTimer's print).
+  __device__ __forceinline__ explicit PhaseTimer(unsigned long long* trace, bool clear = true) : acc(trace) {
     on = threadIdx.x % WG_THREADS == 0;
-    if (on) {
+    if (on && clear) {
       for (int i = 0; i < TP_COUNT; ++i) acc[i] = 0;
     }
     last = static_cast<uint32_t>(clock());
@@ -65,6 +66,33 @@ struct PhaseTimer {
     for (int i = 0; i < TP_COUNT; ++i) l->v[i] = acc[i];
   }
 };
+// The same totals kept in every thread's registers and written to `trace` only at print (thread 0 of the
+// warpgroup): mark() has no branch, so it may run while a WGMMA is in flight (a branch on the thread index
+// there makes ptxas serialise the WGMMAs, C7514 / C7518; the warp-specialised kernel's softmax warpgroup,
+// ws/softmax_wg.cuh, runs its softmax with the next block's QK in flight). 32-bit totals: < 2^32 cycles per
+// phase and CTA (~2 s at 1.98 GHz).
+struct RegPhaseTimer {
+  unsigned long long* out;
+  uint32_t acc[TP_COUNT];
+  uint32_t last;
+  __device__ __forceinline__ explicit RegPhaseTimer(unsigned long long* trace) : out(trace) {
+#pragma unroll
+    for (int i = 0; i < TP_COUNT; ++i) acc[i] = 0;
+    last = static_cast<uint32_t>(clock());
+  }
+  __device__ __forceinline__ void mark(int phase) {
+    const uint32_t now = static_cast<uint32_t>(clock());
+    acc[phase] += now - last;
+    last = now;
+  }
+  __device__ __forceinline__ void count_block() { acc[TP_OWN_BLOCKS] += 1; }
+  __device__ __forceinline__ void print(int wg) {
+    if (threadIdx.x % WG_THREADS != 0) return;
+#pragma unroll
+    for (int i = 0; i < TP_COUNT; ++i) out[i] = acc[i];
+    PhaseTimer(out, false).print(wg);
+  }
+};
 #define SNAPMLA_TRACE_BUFFER(ss, wg) ((ss).trace[wg])
 #else
 #define SNAPMLA_TRACE_BUFFER(ss, wg) nullptr
@@ -75,6 +103,7 @@ struct PhaseTimer {
   __device__ __forceinline__ void count_block() {}
   __device__ __forceinline__ void print(int) const {}
 };
+using RegPhaseTimer = PhaseTimer;
 #endif
 
 }  // namespace snapmla::sm90::decode_fp8

@@ -101,11 +101,11 @@ __device__ __forceinline__ void load_k_scales(const float (&k_scale)[BLOCK_N], i
 // padding) the two chains ran one after the other. A padding row (past q_rows) has q_mul = 0 and sees every
 // token (schedule.cuh); whatever its state, its P and its O~ column hold (NaN too, from stale query bytes), they
 // stay in that row's own P^T row and O^T column (the PV sums over tokens only) and are never stored.
+// The _ks forms take the thread's 16 k scales already in registers (load_k_scales; the warp-specialised kernel
+// loads them before it issues the next block's QK, ws/softmax_wg.cuh); the others read them here.
 template <bool MASKED>
-__device__ __forceinline__ void softmax_logits(float (&s)[32], const float (&k_scale)[BLOCK_N], const float (&q_mul)[2],
-                                               const int (&n_vis)[2], int t, float (&mx)[2]) {
-  float ks[16];
-  load_k_scales(k_scale, t, ks);
+__device__ __forceinline__ void softmax_logits_ks(float (&s)[32], const float (&ks)[16], const float (&q_mul)[2],
+                                                  const int (&n_vis)[2], int t, float (&mx)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     // Column 8i + 2t + e is visible iff 8i + e < n_vis - 2t: one register, immediates for the 16 columns.
@@ -124,6 +124,14 @@ __device__ __forceinline__ void softmax_logits(float (&s)[32], const float (&k_s
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) mx[r] = quad_max(mx[r]);
+}
+
+template <bool MASKED>
+__device__ __forceinline__ void softmax_logits(float (&s)[32], const float (&k_scale)[BLOCK_N], const float (&q_mul)[2],
+                                               const int (&n_vis)[2], int t, float (&mx)[2]) {
+  float ks[16];
+  load_k_scales(k_scale, t, ks);
+  softmax_logits_ks<MASKED>(s, ks, q_mul, n_vis, t, mx);
 }
 
 // The block's exponentials against m_use[r] per row (0 for a row that has seen nothing: its logits are all
@@ -164,10 +172,8 @@ __device__ __forceinline__ void block_exps(float (&s)[32], const float (&ks)[16]
 // token) its operands are finite or its NaN never selected: 448 / max(0, P_FLOOR) is finite, and the
 // 2^(-inf - -inf) of a row that has seen nothing yet is replaced by the 0 of the select before it.
 template <bool MASKED>
-__device__ __forceinline__ void softmax_probs(float (&s)[32], const float (&k_scale)[BLOCK_N], const float (&mx)[2],
-                                              const int (&n_vis)[2], int t, RowState (&st)[2], float (&o_scale)[2]) {
-  float ks[16];  // read again rather than kept from half 1: 16 registers at the math warpgroups' peak
-  load_k_scales(k_scale, t, ks);
+__device__ __forceinline__ void softmax_probs_ks(float (&s)[32], const float (&ks)[16], const float (&mx)[2],
+                                                 const int (&n_vis)[2], int t, RowState (&st)[2], float (&o_scale)[2]) {
   // Three passes over the two rows (exponentials, quad reductions, state update) rather than one per row: the
   // division's slow-path call is a scheduling barrier, so per-row code ran the rows' chains one after the other.
   float m_new[2], m_use[2], e_sum[2], p_max[2];
@@ -191,6 +197,14 @@ __device__ __forceinline__ void softmax_probs(float (&s)[32], const float (&k_sc
     st[r].inv = seen ? inv_new : st[r].inv;
     st[r].m = seen ? m_new[r] : st[r].m;
   }
+}
+
+template <bool MASKED>
+__device__ __forceinline__ void softmax_probs(float (&s)[32], const float (&k_scale)[BLOCK_N], const float (&mx)[2],
+                                              const int (&n_vis)[2], int t, RowState (&st)[2], float (&o_scale)[2]) {
+  float ks[16];  // read again rather than kept from half 1: 16 registers at the math warpgroups' peak
+  load_k_scales(k_scale, t, ks);
+  softmax_probs_ks<MASKED>(s, ks, mx, n_vis, t, st, o_scale);
 }
 
 // p8 = e4m3(p' * mult[r]) packed 4 bytes per word (mult: the wide kernel passes inv_n of each row, the cluster

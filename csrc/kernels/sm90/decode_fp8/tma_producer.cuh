@@ -16,10 +16,12 @@
 namespace snapmla::sm90::decode_fp8 {
 
 // Kernel prologue of both decode kernels, before their __syncthreads: thread 0 initialises the barriers
-// (kv_full / q_full: one arrival plus the TMA bytes; q_empty: both math warpgroups; kv_empty: kv_empty_arrivals,
-// the threads that read a stage), the producer's first thread prefetches the two query tensor maps.
+// (kv_full / q_full: one arrival plus the TMA bytes; q_empty: q_empty_arrivals, the threads that read the query
+// tile, by default both math warpgroups; kv_empty: kv_empty_arrivals, the threads that read a stage), the
+// producer's first thread prefetches the two query tensor maps.
 template <typename Storage>
-__device__ __forceinline__ void init_pipeline(const KernelParams& kp, Storage& ss, int kv_empty_arrivals) {
+__device__ __forceinline__ void init_pipeline(const KernelParams& kp, Storage& ss, int kv_empty_arrivals,
+                                              int q_empty_arrivals = MATH_THREADS) {
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int i = 0; i < Storage::kStages; ++i) {
@@ -29,7 +31,7 @@ __device__ __forceinline__ void init_pipeline(const KernelParams& kp, Storage& s
 #pragma unroll
     for (int i = 0; i < Storage::kQBufs; ++i) {
       mbarrier_init(&ss.q_full[i], 1);
-      mbarrier_init(&ss.q_empty[i], MATH_THREADS);
+      mbarrier_init(&ss.q_empty[i], q_empty_arrivals);
     }
     fence_barrier_init();
   }

@@ -52,7 +52,7 @@ struct alignas(1024) SharedStorage {
   uint64_t q_full[1];            // TMA: q_tx_bytes(rows_per_warp), one arrival
   uint64_t q_empty[1];           // MATH_THREADS arrivals (each math warpgroup's last QK of the piece retired)
 #ifdef SNAPMLA_TRACE_PHASES
-  unsigned long long trace[NUM_MATH_WG][TRACE_SLOTS];  // debug build only: phase_trace.cuh
+  unsigned long long trace[NUM_MATH_WG + 1][TRACE_SLOTS];  // debug build only: phase_trace.cuh (+1: ws/)
 #endif
 };
 

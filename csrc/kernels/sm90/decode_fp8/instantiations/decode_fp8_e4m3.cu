@@ -26,13 +26,16 @@ namespace {
 // one merge copy, the producer loop rolled) it is the faster one at every measured size (H200, 97993be, forced,
 // same process, bench_decode_20261201T201711Z.json): b = 1 / 4 / 16 at 8k 1.08 / 1.10 / 1.04x, b16 at 8191
 // tokens 1.07x, b128 4k 1.17x, b64 16k-128k 1.14-1.18x.
-enum class Kernel { kNarrow, kWide, kCluster };
+enum class Kernel { kNarrow, kWide, kCluster, kWs };
 Kernel choose_kernel(const DecodeParams& p) {
   const char* v = std::getenv("SNAPMLA_DECODE_KERNEL");
   const std::string choice = v == nullptr ? "auto" : v;
-  TORCH_CHECK(choice == "auto" || choice == "narrow" || choice == "wide" || choice == "cluster",
-              "SNAPMLA_DECODE_KERNEL must be auto, narrow, wide or cluster, got '", choice, "'");
-  if (p.q_rows > NARROW_MAX_Q_ROWS) return choice == "cluster" ? Kernel::kCluster : Kernel::kWide;
+  TORCH_CHECK(choice == "auto" || choice == "narrow" || choice == "wide" || choice == "cluster" || choice == "ws",
+              "SNAPMLA_DECODE_KERNEL must be auto, narrow, wide, cluster or ws, got '", choice, "'");
+  if (p.q_rows > NARROW_MAX_Q_ROWS) {
+    if (choice == "cluster") return Kernel::kCluster;
+    return choice == "ws" ? Kernel::kWs : Kernel::kWide;
+  }
   return choice == "wide" ? Kernel::kWide : Kernel::kNarrow;
 }
 
@@ -49,6 +52,10 @@ void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream, const La
   }
   if (which == Kernel::kCluster) {
     launch_decode_fp8_cluster(params, stream, launch_first);
+    return;
+  }
+  if (which == Kernel::kWs) {
+    launch_decode_fp8_ws(params, stream, launch_first);
     return;
   }
   const KernelParams kp = make_kernel_params(params, rows_per_warp(params.q_rows));

@@ -1,0 +1,68 @@
+// The PV warpgroups of the warp-specialised wide decode kernel (ws/kernel.cuh): PV warpgroup pv (0 or 1) holds
+// O^T for dims 256 pv .. 256 pv + 255 of the tile's 64 rows and, for every block in block order, waits for the
+// softmax warpgroup's hand-off (xchg_full), runs the block's PV for its dims (block_pv.cuh: 4 m-tiles of 2 RS
+// QGMMA m64n64k32 into a fresh accumulator, folded into O^T in fp32 with the block's per-row scale) and releases
+// the stage (kv_empty, with the other PV warpgroup). At the end of a piece it stores the piece (epilogue.cuh, as a
+// math warpgroup of the wide kernel) with the final state read from the last block's hand-off, and only then
+// releases that stage.
+// Registers: O^T 128 + one m-tile accumulator 32 + V^T fragments + fold scales + addresses, within
+// WS_PV_REGS = 184 (ws/config.h).
+#pragma once
+
+#include "kernels/sm90/common/mbarrier.cuh"
+#include "kernels/sm90/decode_fp8/block_pv.cuh"
+#include "kernels/sm90/decode_fp8/epilogue.cuh"
+#include "kernels/sm90/decode_fp8/exchange.cuh"
+#include "kernels/sm90/decode_fp8/phase_trace.cuh"
+#include "kernels/sm90/decode_fp8/schedule.cuh"
+#include "kernels/sm90/decode_fp8/traits.h"
+#include "kernels/sm90/decode_fp8/ws/config.h"
+
+namespace snapmla::sm90::decode_fp8::ws {
+
+__device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const SchedRow& row, int pv) {
+  const DecodeParams& p = kp.p;
+  const int tid = threadIdx.x % WG_THREADS;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int row0 = 16 * warp + lane / 4;
+
+  int block_idx = 0;  // running index of the piece's first block
+  int piece = 0;
+  RegPhaseTimer tm(SNAPMLA_TRACE_BUFFER(ss, pv));  // -DSNAPMLA_TRACE_PHASES only (phase_trace.cuh)
+  for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
+    const Piece pc = make_piece(p, row, req);
+    const int n_blocks = pc.blk_end - pc.blk_begin;
+    float o[PV_M_TILES][32];
+#pragma unroll
+    for (int m = 0; m < PV_M_TILES; ++m) {
+#pragma unroll
+      for (int k = 0; k < 32; ++k) o[m][k] = 0.f;
+    }
+#pragma unroll 1
+    for (int j = 0; j < n_blocks; ++j) {
+      const int n = block_idx + j;
+      tm.count_block();
+      mbarrier_wait(&ss.xchg_full[n % KV_STAGES], (n / KV_STAGES) & 1);
+      tm.mark(WS_TP_WAIT_HANDOFF);
+      // The piece's last stage stays held: its hand-off has the state the epilogue needs.
+      pv_after_handoff<true>(o, ss, n, pv, warp, lane, pc.seqlen - (pc.blk_begin + j) * BLOCK_N, j + 1 < n_blocks);
+      tm.mark(WS_TP_PV);
+    }
+    // The state after the piece's last block, read by the epilogue's quad leads from that block's hand-off (an
+    // empty piece stores o = 0, lse = +inf); then the stage, held until here, is released.
+    const int last = block_idx + n_blocks - 1;
+    const uint32_t last_tile = smem_u32(ss.kv_rope[last % KV_STAGES]);
+    store_piece_state_of(p, ss, req, piece_split(p, row, req), blockIdx.x, pv, warp, lane, o, [&](int rr) {
+      RowState st = {-INFINITY, 1.f, 0.f};
+      if (n_blocks > 0) st = read_row_state(last_tile, row0 + 8 * rr);
+      return st;
+    });
+    if (n_blocks > 0) release_stage(&ss.kv_empty[last % KV_STAGES]);
+    block_idx += n_blocks;
+    tm.mark(WS_TP_EPILOGUE);
+  }
+  tm.print(pv);
+}
+
+}  // namespace snapmla::sm90::decode_fp8::ws

@@ -1,0 +1,145 @@
+// The softmax warpgroup of the warp-specialised wide decode kernel (ws/kernel.cuh): for every block of the CTA's
+// walk, in order, S = Q . K^T over 576 dims, the online softmax of SPEC section 4 (softmax.cuh) and P quantised to
+// e4m3, handed to the two PV warpgroups with the fold scales and the state after the block (exchange.cuh
+// publish_block, in the stage's RoPE tile; xchg_full). It alone holds the running state (m, inv, L~) of the tile's
+// 64 rows, so no state travels between warpgroups except through that hand-off.
+//
+// Per block n of a piece (the QK of block n + 1 overlaps the softmax of block n):
+//   [chain A of n in flight since the previous iteration]
+//   issue chain B of n (content k-steps 8-15, RoPE) -> wait both -> S = A + B (fp32)
+//   -> wait kv_full(n + 1), issue chain A of n + 1 (content k-steps 0-7), not waited
+//   -> softmax of n (logits, maxima, state, exponentials, P8) -> hand-off of n (P^T, state, fold scales) -> arrive.
+// The piece's first chain A is issued before the loop; its last block issues none (the next piece has another
+// query tile) and releases the query tile instead (q_empty).
+// Registers: chain A (32, in flight) + S (32) + k scales (16) + state, row limits and addresses, within
+// WS_SOFTMAX_REGS = 120 (ws/config.h).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/sm90/common/mbarrier.cuh"
+#include "kernels/sm90/common/wgmma.cuh"
+#include "kernels/sm90/decode_fp8/exchange.cuh"
+#include "kernels/sm90/decode_fp8/launch.h"
+#include "kernels/sm90/decode_fp8/phase_trace.cuh"
+#include "kernels/sm90/decode_fp8/qk_steps.cuh"
+#include "kernels/sm90/decode_fp8/schedule.cuh"
+#include "kernels/sm90/decode_fp8/softmax.cuh"
+#include "kernels/sm90/decode_fp8/traits.h"
+#include "kernels/sm90/decode_fp8/ws/config.h"
+
+namespace snapmla::sm90::decode_fp8::ws {
+
+// Chain A of the block in stage `stage`: content k-steps 0-7 into acc_a, committed as one group, not waited.
+__device__ __forceinline__ void issue_chain_a(float (&acc_a)[32], const SharedStorage& ss, int stage) {
+  wgmma_fence_operands(acc_a);
+  wgmma_arrive();
+  issue_qk_content_steps<0, WS_CHAIN_STEPS>(acc_a, q_content_desc(ss), k_content_desc(ss, stage));
+  wgmma_commit();
+}
+
+// Chain B of the block in stage `stage` (content k-steps 8-15 and the RoPE k-group), then both chains retired
+// and summed: s = acc_a + acc_b.
+__device__ __forceinline__ void finish_qk(float (&s)[32], float (&acc_a)[32], const SharedStorage& ss, int stage) {
+  float acc_b[32];  // not initialised: its first WGMMA has scale-d = 0
+  wgmma_fence_operands(acc_b);
+  wgmma_arrive();
+  issue_qk_content_steps<WS_CHAIN_STEPS, WS_CHAIN_STEPS>(acc_b, q_content_desc(ss), k_content_desc(ss, stage));
+  issue_qk_rope_steps(acc_b, q_rope_desc(ss), k_rope_desc(ss, stage));
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_fence_operands(acc_a);
+  wgmma_fence_operands(acc_b);
+#pragma unroll
+  for (int k = 0; k < 32; ++k) s[k] = acc_a[k] + acc_b[k];
+}
+
+// Softmax, P8 and hand-off of block n (local index j of the piece, stage `stage`): s holds its retired QK, st the
+// state after block n - 1. Runs while chain A of block n + 1 may be in flight, so it has no branch that differs
+// between the warpgroup's threads (ptxas would serialise the WGMMAs, C7518): every warp runs both rows even when
+// they are padding (q_mul 0; whatever they hold stays in their own P^T row and O^T column and is never stored,
+// softmax.cuh), and the token mask is applied by select on every block (n_vis >= 64 keeps every column).
+// ks: the block's k scales of the thread's columns, read before chain A went out (its operand reads take the
+// shared-memory bandwidth while it runs).
+__device__ __forceinline__ void softmax_and_publish(float (&s)[32], const float (&ks)[16], SharedStorage& ss,
+                                                    int stage, int blk, const float (&q_mul)[2],
+                                                    const int (&limit)[2], int row0, int t, RowState (&st)[2],
+                                                    RegPhaseTimer& tm) {
+  const int n_vis[2] = {limit[0] - blk * BLOCK_N, limit[1] - blk * BLOCK_N};
+  float mx[2];
+  float o_scale[2];
+  softmax_logits_ks<true>(s, ks, q_mul, n_vis, t, mx);
+  tm.mark(WS_TP_LOGITS);
+  softmax_probs_ks<true>(s, ks, mx, n_vis, t, st, o_scale);
+  uint32_t p_blk[8];
+  const float inv[2] = {st[0].inv, st[1].inv};
+  pack_p(s, inv, p_blk);
+  tm.mark(WS_TP_PROBS);
+  publish_block(smem_u32(ss.kv_rope[stage]), p_blk, st, o_scale, row0, t);
+  mbarrier_arrive(&ss.xchg_full[stage]);
+  tm.mark(WS_TP_PUBLISH);
+}
+
+__device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const SchedRow& row) {
+  const DecodeParams& p = kp.p;
+  const int tid = threadIdx.x % WG_THREADS;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int t = lane % 4;
+  const int row0 = 16 * warp + lane / 4;
+  const int rpw = rows_per_warp(p.q_rows);  // launch.h
+  const int warp_q_row0 = warp_first_q_row(blockIdx.x, warp, rpw);
+
+  int block_idx = 0;  // running index of the piece's first block (all roles count the same blocks)
+  int piece = 0;
+  RegPhaseTimer tm(SNAPMLA_TRACE_BUFFER(ss, NUM_PV_WG));  // -DSNAPMLA_TRACE_PHASES only (phase_trace.cuh)
+  for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
+    const Piece pc = make_piece(p, row, req);
+    const int n_blocks = pc.blk_end - pc.blk_begin;
+    mbarrier_wait(&ss.q_full[0], piece & 1);  // one query tile per piece, also for an empty one
+    if (n_blocks == 0) {
+      mbarrier_arrive(&ss.q_empty[0]);
+      continue;
+    }
+    float q_mul[2];
+    int limit[2];  // visible tokens of the row (causal: query token s sees 0 .. seqlen - s_q + s)
+    tile_rows(p, req, pc.seqlen, warp_q_row0, rpw, lane, q_mul, limit);
+    RowState st[2] = {{-INFINITY, 1.f, 0.f}, {-INFINITY, 1.f, 0.f}};
+
+    // Every block but the last: chain A of the next block goes out before this block's softmax.
+    float acc_a[32];
+    mbarrier_wait(&ss.kv_full[block_idx % KV_STAGES], (block_idx / KV_STAGES) & 1);
+    issue_chain_a(acc_a, ss, block_idx % KV_STAGES);
+    tm.mark(WS_TP_PIECE);
+    const int last = block_idx + n_blocks - 1;
+#pragma unroll 1
+    for (int n = block_idx; n < last; ++n) {
+      const int stage = n % KV_STAGES;
+      float s[32];
+      tm.count_block();
+      finish_qk(s, acc_a, ss, stage);
+      float ks[16];
+      load_k_scales(ss.kv_scale[stage], t, ks);
+      tm.mark(WS_TP_QK);
+      mbarrier_wait(&ss.kv_full[(n + 1) % KV_STAGES], ((n + 1) / KV_STAGES) & 1);
+      tm.mark(WS_TP_WAIT_KV);
+      issue_chain_a(acc_a, ss, (n + 1) % KV_STAGES);
+      tm.mark(WS_TP_ISSUE_A);
+      softmax_and_publish(s, ks, ss, stage, pc.blk_begin + (n - block_idx), q_mul, limit, row0, t, st, tm);
+    }
+    {
+      float s[32];
+      tm.count_block();
+      finish_qk(s, acc_a, ss, last % KV_STAGES);
+      mbarrier_arrive(&ss.q_empty[0]);  // the piece's last QK retired: the producer may load the next tile
+      float ks[16];
+      load_k_scales(ss.kv_scale[last % KV_STAGES], t, ks);
+      tm.mark(WS_TP_QK);
+      softmax_and_publish(s, ks, ss, last % KV_STAGES, pc.blk_end - 1, q_mul, limit, row0, t, st, tm);
+    }
+    block_idx += n_blocks;
+  }
+  tm.print(SOFTMAX_WG);
+}
+
+}  // namespace snapmla::sm90::decode_fp8::ws
