@@ -24,7 +24,7 @@ from snapmla_ext import ops, reference  # noqa: E402
 CASES = [  # (b, s_q, h_q, seqlens, causal, num_sm_parts, SNAPMLA_DECODE_KERNEL)
     (3, 1, 16, [130, 0, 64], False, None, "wide"),
     (3, 1, 16, [130, 0, 64], False, None, "narrow"),
-    (2, 2, 64, [65, 200], True, 8, "auto"),  # q_rows > 16: always the wide kernel
+    (2, 2, 64, [65, 200], True, 8, "auto"),  # q_rows >= 64: the warp-specialised kernel (launch.h WS_MIN_Q_ROWS)
     (1, 1, 128, [257], False, 3, "auto"),
     # The narrow kernel (q_rows <= 16), causal, forced split, both warpgroups. Forced, so that the case stays on
     # it whatever the automatic choice (instantiations/decode_fp8_e4m3.cu use_narrow).
@@ -40,6 +40,9 @@ CASES = [  # (b, s_q, h_q, seqlens, causal, num_sm_parts, SNAPMLA_DECODE_KERNEL)
     # The 2-CTA cluster kernel (cluster/kernel.cuh): causal with splits and an empty request; 2 m-tiles, split.
     (3, 2, 64, [700, 0, 130], True, 4, "cluster"),
     (1, 1, 128, [1000], False, 3, "cluster"),
+    # The wide kernel where auto now takes the ws one (q_rows >= 64): causal MTP with splits, 2 m-tiles.
+    (2, 2, 64, [65, 200], True, 8, "wide"),
+    (1, 1, 128, [257], False, 3, "wide"),
 ]
 
 

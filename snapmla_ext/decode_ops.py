@@ -211,11 +211,11 @@ def flash_mla_with_kvcache(
                    arguments of FlashMLA, not supported (NotImplementedError).
     Returns out (b, s_q, h_q, 512) bfloat16 and lse (b, h_q, s_q) float32 (natural log; a row that sees no token
     gets out = 0 and lse = +inf).
-    Kernel: s_q * h_q <= 16 runs the narrow kernel, larger ones the wide one (docs/decode_kernel.md); the
-    environment variable SNAPMLA_DECODE_KERNEL=narrow|wide|auto overrides the choice (wide also for
-    s_q * h_q <= 16); =cluster runs the experimental 2-CTA cluster kernel for s_q * h_q > 16 (set it before
-    get_mla_metadata: its default num_sm_parts is half the wide kernel's); =ws runs the warp-specialised wide
-    kernel (QK and softmax in one warpgroup, PV in two others) for s_q * h_q > 16.
+    Kernel: s_q * h_q <= 16 runs the narrow kernel, 17..63 the wide one, >= 64 the warp-specialised wide
+    kernel (QK and softmax in one warpgroup, PV in two others; the same bits as the wide one)
+    (docs/decode_kernel.md); the environment variable SNAPMLA_DECODE_KERNEL=narrow|wide|ws|auto overrides the
+    choice (wide also for s_q * h_q <= 16; ws only above 16); =cluster runs the experimental 2-CTA cluster kernel
+    for s_q * h_q > 16 (set it before get_mla_metadata: its default num_sm_parts is half the wide kernel's).
     """
     unsupported = {
         "indices": indices,

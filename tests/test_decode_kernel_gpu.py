@@ -174,14 +174,16 @@ def test_ws_and_wide_kernels_are_bit_identical(monkeypatch, b, s_q, h_q, seqlens
 
 
 @pytest.mark.parametrize("choice,q_rows,expected", [("cluster", 64, "snapmla_decode_fp8_cluster_kernel"),
-                                                    ("ws", 64, "snapmla_decode_fp8_ws_kernel"),
-                                                    ("auto", 64, "snapmla_decode_fp8_kernel"),
+                                                    ("ws", 32, "snapmla_decode_fp8_ws_kernel"),
+                                                    ("auto", 64, "snapmla_decode_fp8_ws_kernel"),
+                                                    ("auto", 63, "snapmla_decode_fp8_kernel"),
+                                                    ("wide", 64, "snapmla_decode_fp8_kernel"),
                                                     ("cluster", 16, "snapmla_decode_fp8_narrow_kernel"),
                                                     ("ws", 16, "snapmla_decode_fp8_narrow_kernel")])
 def test_the_chosen_kernel_runs(monkeypatch, choice, q_rows, expected):
     """The cluster and ws tests above would pass on the wide kernel too if the choice fell back to it: the
     profiler names the decode kernel that ran (snapmla_decode_fp8_{cluster,ws,narrow}_kernel, or the wide
-    snapmla_decode_fp8_kernel)."""
+    snapmla_decode_fp8_kernel). auto takes the ws kernel from 64 query rows (launch.h WS_MIN_Q_ROWS)."""
     monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", choice)
     p = make_paged_inputs(2, 1, q_rows, [700, 64], seed=9, device="cuda")
     _run(p, 1, q_rows, False, None)  # warm-up: lazy loading outside the profile
@@ -228,7 +230,7 @@ def test_block_far_above_the_others(monkeypatch, dominant_block, kernel, h_q):
     assert o_err <= O_REL_L2 and bool(((lse - ref_lse).abs() <= lse_tol).all())
 
 
-@pytest.mark.parametrize("s_q,h_q,kernel", [(2, 64, "narrow"), (1, 16, "narrow"), (2, 64, "ws")],
+@pytest.mark.parametrize("s_q,h_q,kernel", [(2, 64, "wide"), (1, 16, "narrow"), (2, 64, "ws")],
                          ids=["wide", "narrow", "ws"])
 def test_kernel_is_deterministic(monkeypatch, s_q, h_q, kernel):
     monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", kernel)  # narrow: only affects q_rows <= 16
@@ -245,7 +247,7 @@ def test_kernel_choice_env_is_checked(monkeypatch):
         _run(p, 1, 16, False, None)
 
 
-@pytest.mark.parametrize("s_q,h_q,kernel", [(2, 64, "narrow"), (1, 16, "narrow"), (2, 64, "cluster"), (2, 64, "ws")],
+@pytest.mark.parametrize("s_q,h_q,kernel", [(2, 64, "wide"), (1, 16, "narrow"), (2, 64, "cluster"), (2, 64, "ws")],
                          ids=["wide", "narrow", "cluster", "ws"])
 def test_pdl_launch_is_bit_identical(monkeypatch, s_q, h_q, kernel):
     """Programmatic dependent launch (common/pdl.h) only lets a kernel's launch and prologue overlap the previous

@@ -96,6 +96,28 @@ def test_narrow_decode_kernel_shows_its_design(sass_by_function):
         assert n == 1, f"{n} bar.sync {bar} (256 threads) in the narrow kernel, expected one"
 
 
+def test_ws_decode_kernel_shows_its_design(sass_by_function):
+    """SNAPMLA_DECODE_KERNEL=ws (ws/kernel.cuh): the softmax warpgroup's QK as chain A (8 SS QGMMA) and chain B
+    (8 SS QGMMA + 4 HGMMA), the PV warpgroups' 8 RS QGMMA per block (V^T from ldmatrix.trans), the pages by 3
+    bulk copies, three register budgets, and no WGMMA serialised (one WARPGROUP.ARRIVE per commit group)."""
+    names = [n for n in sass_by_function if "snapmla_decode_fp8_ws_kernel" in n]
+    assert len(names) == 1, f"expected one ws decode kernel instantiation, found {names}"
+    sass = sass_by_function[names[0]]
+    ss = re.findall(r"QGMMA\.64x64x32\.F32\.E4M3\.E4M3 R\d+, gdesc", sass)
+    rs = re.findall(r"QGMMA\.64x64x32\.F32\.E4M3\.E4M3 R\d+, R\d+, gdesc", sass)
+    hgmma = re.findall(r"HGMMA\.64x64x16\.F32\.BF16", sass)
+    # Every chain B (4 HGMMA) comes with 8 SS QGMMA of its own and one chain A (the loop's, or the piece's first).
+    assert len(hgmma) >= 4 and len(hgmma) % 4 == 0, f"{len(hgmma)} HGMMA.64x64x16"
+    assert len(ss) == 16 * (len(hgmma) // 4), f"{len(ss)} SS QGMMA for {len(hgmma) // 4} chains B"
+    assert len(rs) >= 8 and len(rs) % 8 == 0, f"PV: {len(rs)} RS QGMMA.64x64x32 (8 per block body expected)"
+    arrives = len(re.findall(r"WARPGROUP\.ARRIVE", sass))
+    assert arrives == len(ss) // 8 + len(rs) // 2, f"{arrives} WARPGROUP.ARRIVE (one per chain and PV m-tile)"
+    assert "LDSM.16.MT88.4" in sass and "STSM" not in sass
+    assert len(re.findall(r"UBLKCP\.S\.G", sass)) == 3, "a page must arrive by 3 bulk copies (UBLKCP)"
+    assert "UTMALDG" in sass
+    assert len(re.findall(r"USETMAXREG", sass)) == 3, "the PV, softmax and producer register budgets"
+
+
 def _kernels(functions, *parts):
     return {n: s for n, s in functions.items() if any(p in n for p in parts)}
 
@@ -104,8 +126,9 @@ def test_decode_kernels_access_shared_memory_as_shared(sass_by_function):
     """kernel_prologue.cuh aligned_storage keeps the address space: every C++ access to the shared storage (k
     scales, hand-off state, merge and epilogue rows) must be LDS / STS, not a generic LD / ST with a 64-bit
     address (34 of them in the wide kernel and 62 in the narrow one when the pointer went through uintptr_t)."""
-    kernels = _kernels(sass_by_function, "snapmla_decode_fp8_kernel", "snapmla_decode_fp8_narrow_kernel")
-    assert len(kernels) == 2
+    kernels = _kernels(sass_by_function, "snapmla_decode_fp8_kernel", "snapmla_decode_fp8_narrow_kernel",
+                       "snapmla_decode_fp8_ws_kernel")
+    assert len(kernels) == 3
     for name, sass in kernels.items():
         generic = re.findall(r"\b(LD|ST)\.E\b", sass)
         assert not generic, f"{name}: {len(generic)} generic LD/ST (shared memory through a generic pointer)"
@@ -117,10 +140,10 @@ def test_pdl_wait_precedes_every_global_access(sass_by_function):
     (griddepcontrol.wait = ACQBULK) before its first global load, store or TMA load; Fused-Q-Quant and both
     decode kernels let the next kernel launch early (griddepcontrol.launch_dependents = PREEXIT)."""
     kernels = _kernels(sass_by_function, "q_quant_kernel", "snapmla_decode_fp8_kernel",
-                       "snapmla_decode_fp8_narrow_kernel", "snapmla_combine_kernel")
-    # Q-quant, two decode kernels, the combine's layouts: one warp per row, and one row per CTA with 1, 2 or 4
+                       "snapmla_decode_fp8_narrow_kernel", "snapmla_decode_fp8_ws_kernel", "snapmla_combine_kernel")
+    # Q-quant, three decode kernels, the combine's layouts: one warp per row, and one row per CTA with 1, 2 or 4
     # piece sets (combine/piece_sets.h combine_piece_groups).
-    assert len(kernels) == 7, sorted(kernels)
+    assert len(kernels) == 8, sorted(kernels)
     for name, sass in kernels.items():
         wait = sass.find("ACQBULK")
         assert wait >= 0, f"{name}: no griddepcontrol.wait"
@@ -135,8 +158,9 @@ def test_debug_tracers_are_compiled_out(sass_by_function):
     and printf) and the block trace (-DSNAPMLA_TRACE_BLOCKS, the same) exist only in debug builds: the default
     build's decode kernels read no clock (a -DSNAPMLA_TRACE_PHASES build reads SR_CLOCKLO in the wide kernel, the
     two others SR_GLOBALTIMERLO in both)."""
-    kernels = _kernels(sass_by_function, "snapmla_decode_fp8_kernel", "snapmla_decode_fp8_narrow_kernel")
-    assert len(kernels) == 2
+    kernels = _kernels(sass_by_function, "snapmla_decode_fp8_kernel", "snapmla_decode_fp8_narrow_kernel",
+                       "snapmla_decode_fp8_ws_kernel")
+    assert len(kernels) == 3
     for name, sass in kernels.items():
         clocks = re.findall(r"SR_(?:CLOCK|GLOBALTIMER)\w*", sass)
         assert not clocks, f"{name}: reads {sorted(set(clocks))}: a tracer is compiled in"
@@ -148,11 +172,14 @@ def test_debug_tracers_are_compiled_out(sass_by_function):
 # per store the wide epilogue was 38 KB (1.05-1.21x slower calls on the H200, eleventh session, with 13-33 us
 # epilogues in the traces); with the slab pointer it is 12.3 KB. The narrow one had one copy of its merge and
 # stores per warpgroup (34 KB, then 19 KB); with the warpgroup chosen at run time it is 6.2 KB (twelfth session).
-EPILOGUE_CODE_BUDGET = {"snapmla_decode_fp8_kernel": 16 * 1024, "snapmla_decode_fp8_narrow_kernel": 10 * 1024}
+EPILOGUE_CODE_BUDGET = {"snapmla_decode_fp8_kernel": 16 * 1024, "snapmla_decode_fp8_narrow_kernel": 10 * 1024,
+                        "snapmla_decode_fp8_ws_kernel": 16 * 1024}
 # The same rule for the whole kernel (twelfth session, 2026-12-01: 5136 and 2496 instructions after the rolled
 # producer loop, the narrow kernel's one block body and one merge copy; 8000 and 7128 before the eleventh
-# session). Unrolled code that runs once per block, piece or request end is fetched cold by every SM.
-KERNEL_INSTRUCTION_BUDGET = {"snapmla_decode_fp8_kernel": 6000, "snapmla_decode_fp8_narrow_kernel": 3200}
+# session). Unrolled code that runs once per block, piece or request end is fetched cold by every SM. The ws
+# kernel: 3952 at its first build (2026-12-03).
+KERNEL_INSTRUCTION_BUDGET = {"snapmla_decode_fp8_kernel": 6000, "snapmla_decode_fp8_narrow_kernel": 3200,
+                             "snapmla_decode_fp8_ws_kernel": 4500}
 
 
 @pytest.mark.parametrize("kernel", sorted(KERNEL_INSTRUCTION_BUDGET))

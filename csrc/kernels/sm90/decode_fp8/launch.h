@@ -26,6 +26,13 @@ __host__ __device__ constexpr int rows_per_warp(int q_rows) { return q_rows >= B
 // query row first + k. rpw = rows_per_warp(q_rows).
 __host__ __device__ constexpr int warp_first_q_row(int m_tile, int warp, int rpw) { return (4 * m_tile + warp) * rpw; }
 
+// Query rows from which SNAPMLA_DECODE_KERNEL=auto runs the warp-specialised wide kernel (ws/kernel.cuh) instead
+// of the wide one: the two give the same bits, and side by side on the H200 (2026-12-03, bench_variants, rounds)
+// ws was 1.02-1.03x at b = 64 with 64 and 128 rows (h_q 64 / 128, s_q 2 at h_q 64, varlen), 1.00x at b = 1 / 16,
+// but 0.91x at 32 rows (b64 s_q 2 h_q 16, memory-bound: its softmax warpgroup waits for the next page before it
+// starts a block's softmax).
+inline constexpr int WS_MIN_Q_ROWS = 64;
+
 // Query rows up to which the narrow kernel (narrow/kernel.cuh, query rows as the WGMMA N) runs instead, unless
 // SNAPMLA_DECODE_KERNEL=wide (instantiations/decode_fp8_e4m3.cu, use_narrow, says why).
 inline constexpr int NARROW_MAX_Q_ROWS = 16;

@@ -18,9 +18,11 @@ template __global__ void snapmla_decode_fp8_kernel<__nv_fp8_e4m3>(const __grid_c
 namespace {
 
 // Which kernel runs a call. SNAPMLA_DECODE_KERNEL (read per call, so tests and benchmarks can switch it in one
-// process): "narrow" or "wide" force one for q_rows <= NARROW_MAX_Q_ROWS; "cluster" runs the 2-CTA cluster
-// kernel (cluster/kernel.cuh, experimental, opt-in) for q_rows > NARROW_MAX_Q_ROWS and the narrow one below;
-// unset or "auto" is the narrow kernel up to NARROW_MAX_Q_ROWS, the wide one above.
+// process): "narrow" or "wide" force one for q_rows <= NARROW_MAX_Q_ROWS (and "wide" the wide kernel above it);
+// "cluster" runs the 2-CTA cluster kernel (cluster/kernel.cuh, experimental, opt-in) and "ws" the
+// warp-specialised wide kernel (ws/kernel.cuh) for q_rows > NARROW_MAX_Q_ROWS, the narrow one below; unset or
+// "auto" is the narrow kernel up to NARROW_MAX_Q_ROWS, the wide one up to WS_MIN_Q_ROWS - 1 and the ws kernel
+// from WS_MIN_Q_ROWS (launch.h says why).
 // Until the twelfth session auto took the wide kernel below 32 blocks per CTA (the narrow one was 0.8-0.95x of it
 // at b <= 16 with 8k tokens). With the narrow kernel's code cut from 6144 to 2496 instructions (one block body,
 // one merge copy, the producer loop rolled) it is the faster one at every measured size (H200, 97993be, forced,
@@ -34,7 +36,8 @@ Kernel choose_kernel(const DecodeParams& p) {
               "SNAPMLA_DECODE_KERNEL must be auto, narrow, wide, cluster or ws, got '", choice, "'");
   if (p.q_rows > NARROW_MAX_Q_ROWS) {
     if (choice == "cluster") return Kernel::kCluster;
-    return choice == "ws" ? Kernel::kWs : Kernel::kWide;
+    if (choice == "ws" || (choice == "auto" && p.q_rows >= WS_MIN_Q_ROWS)) return Kernel::kWs;
+    return Kernel::kWide;
   }
   return choice == "wide" ? Kernel::kWide : Kernel::kNarrow;
 }

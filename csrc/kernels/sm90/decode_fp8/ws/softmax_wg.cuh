@@ -124,6 +124,10 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
       mbarrier_wait(&ss.kv_full[(n + 1) % KV_STAGES], ((n + 1) / KV_STAGES) & 1);
       tm.mark(WS_TP_WAIT_KV);
       issue_chain_a(acc_a, ss, (n + 1) % KV_STAGES);
+      // Pins S and the k scales here: without it the compiler hoisted the softmax above the WGMMA issue and
+      // spread chain A's 8 QGMMAs through it (one every ~50 instructions), so the QK ran late.
+      wgmma_fence_operands(s);
+      wgmma_fence_operands(ks);
       tm.mark(WS_TP_ISSUE_A);
       softmax_and_publish(s, ks, ss, stage, pc.blk_begin + (n - block_idx), q_mul, limit, row0, t, st, tm);
     }
