@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from utils.decode_protocol import POLICIES, random_pieces, simulate, simulate_narrow, simulate_swapab
+from utils.decode_protocol import POLICIES, random_pieces, simulate, simulate_narrow, simulate_swapab, simulate_ws
 
 # Rows with the structures that matter: empty pieces first, in the middle and last; one-block pieces (a math
 # warpgroup owning no block of a piece); a piece starting two blocks after the previous one's first.
@@ -70,18 +70,29 @@ def test_model_rejects_an_extra_arrival():
         bar.arrive(3)
 
 
-@pytest.mark.parametrize("kernel", ["narrow", "wide_v12"])
+@pytest.mark.parametrize("kernel", ["narrow", "wide_v12", "ws"])
 def test_one_thread_producer_kernels_complete(kernel):
     # narrow/kernel.cuh: one TMA thread, 4 stages released by the block's owner, 2 query buffers, the merge's
     # two bar.syncs over both math warpgroups at the end of every piece (empty pieces included).
     # The wide kernel v12: the same producer with one query buffer, the P^T hand-off, stages released by both
     # warpgroups after their PV.
-    simulate_kernel = {"narrow": simulate_narrow, "wide_v12": simulate_swapab}[kernel]
-    rng = random.Random(11 if kernel == "narrow" else 13)
+    # The ws kernel: the same producer; the softmax warpgroup waits for page n + 1 before handing off block n,
+    # the PV warpgroups hold each piece's last stage until its epilogue.
+    simulate_kernel = {"narrow": simulate_narrow, "wide_v12": simulate_swapab, "ws": simulate_ws}[kernel]
+    rng = random.Random({"narrow": 11, "wide_v12": 13, "ws": 17}[kernel])
     rows = EDGE_ROWS + [[12], [0, 13, 0], [1, 11, 2]] + [random_pieces(rng) for _ in range(300)]
     for case, row in enumerate(rows):
         result = simulate_kernel(row, seed=case)
         assert result is None, f"{kernel} kernel on row {row}, interleaving {case}: {result}"
+
+
+def test_model_finds_a_ws_deadlock():
+    # The ws kernel's PV warpgroups holding every stage of a piece until its epilogue (not just the last one):
+    # with more blocks than stages the producer waits for a stage they keep, the softmax warpgroup for the page
+    # the producer cannot load, and they for a hand-off that needs that page.
+    found = [simulate_ws([6], seed, hold_piece_stages=True) for seed in range(20)]
+    assert all(r is not None and "kv_" in r for r in found), found[:3]
+    assert all(simulate_ws([6], seed) is None for seed in range(20))
 
 
 def test_model_finds_a_narrow_deadlock():

@@ -426,3 +426,66 @@ class SwapAbCta:
 
     def producer(self) -> Agent:
         return tma_producer(self.pieces, self.q_full, self.q_empty, self.kv_full, self.kv_empty)
+
+
+# ---- the warp-specialised wide kernel (ws/kernel.cuh: ws/softmax_wg.cuh, ws/pv_wg.cuh, tma_producer.cuh) ----
+class WsCta:
+    """One TMA thread, 4 stages and one query buffer as SwapAbCta. The softmax warpgroup runs every block: it waits
+    for the page of block n + 1 before the softmax of block n (chain A of n + 1 goes out first), hands off each
+    block (xchg_full) and frees the query tile after the piece's last QK. The two PV warpgroups wait for each
+    hand-off and release its stage after their PV, except the piece's last stage, which they release after the
+    epilogue has read the final state from it. hold_piece_stages: a broken variant that keeps every stage of a
+    piece until the epilogue (the model must find its deadlock)."""
+
+    def __init__(self, pieces: list[int], hold_piece_stages: bool = False):
+        self.pieces, self.hold = pieces, hold_piece_stages
+        b = Barrier
+        self.kv_full = [b(f"kv_full{i}", 2) for i in range(SWAPAB_STAGES)]
+        self.kv_empty = [b(f"kv_empty{i}", 2 * WG_THREADS) for i in range(SWAPAB_STAGES)]
+        self.xchg_full = [b(f"xchg_full{i}", WG_THREADS) for i in range(SWAPAB_STAGES)]
+        self.q_full = [b("q_full", 2)]
+        self.q_empty = [b("q_empty", WG_THREADS)]
+
+    def stage(self, n: int) -> tuple[int, int]:
+        return n % SWAPAB_STAGES, (n // SWAPAB_STAGES) & 1
+
+    def softmax(self) -> Agent:
+        block_idx = 0
+        for piece, nb in enumerate(self.pieces):
+            yield ("wait", self.q_full[0], piece & 1)
+            if nb == 0:
+                yield ("arrive", self.q_empty[0], WG_THREADS)
+                continue
+            yield ("wait", self.kv_full[self.stage(block_idx)[0]], self.stage(block_idx)[1])  # the first chain A
+            last = block_idx + nb - 1
+            for n in range(block_idx, last):
+                yield ("wait", self.kv_full[self.stage(n + 1)[0]], self.stage(n + 1)[1])  # chain A of n + 1
+                yield ("arrive", self.xchg_full[self.stage(n)[0]], WG_THREADS)  # the hand-off of n
+            yield ("arrive", self.q_empty[0], WG_THREADS)  # the piece's last QK retired
+            yield ("arrive", self.xchg_full[self.stage(last)[0]], WG_THREADS)
+            block_idx += nb
+
+    def pv(self) -> Agent:
+        block_idx = 0
+        for nb in self.pieces:
+            held = []
+            for j in range(nb):
+                st, ph = self.stage(block_idx + j)
+                yield ("wait", self.xchg_full[st], ph)
+                if j + 1 < nb and not self.hold:
+                    yield ("arrive", self.kv_empty[st], WG_THREADS)
+                else:
+                    held.append(st)
+            for st in held:  # after the epilogue
+                yield ("arrive", self.kv_empty[st], WG_THREADS)
+            block_idx += nb
+
+    def producer(self) -> Agent:
+        return tma_producer(self.pieces, self.q_full, self.q_empty, self.kv_full, self.kv_empty)
+
+
+def simulate_ws(pieces: list[int], seed: int, hold_piece_stages: bool = False) -> Optional[str]:
+    """The warp-specialised wide kernel, as simulate."""
+    cta = WsCta(pieces, hold_piece_stages)
+    agents = {"softmax": cta.softmax(), "pv0": cta.pv(), "pv1": cta.pv(), "producer": cta.producer()}
+    return run_agents(agents, seed)
