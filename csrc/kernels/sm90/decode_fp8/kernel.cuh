@@ -40,12 +40,8 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_kernel(cons
   extern __shared__ uint8_t smem_raw[];
   SharedStorage& ss = aligned_storage<SharedStorage>(smem_raw);
 
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int i = 0; i < KV_STAGES; ++i) mbarrier_init(&ss.xchg_full[i], WG_THREADS);  // fenced by init_pipeline
-  }
-  init_pipeline(kp, ss, MATH_THREADS);  // kv_empty: both math warpgroups, after their PV of the block
-  __syncthreads();
+  // kv_empty: both math warpgroups, after their PV of the block; q_empty: both, after their last QK of a piece.
+  init_wide_pipeline(kp, ss, MATH_THREADS, MATH_THREADS);
 
   split_roles<PRODUCER_REGS, MATH_REGS>(kp, ss, [&](const SchedRow& row, int wg) { run_math(kp, ss, row, wg); });
 }

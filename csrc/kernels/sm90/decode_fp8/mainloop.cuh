@@ -93,11 +93,7 @@ __device__ __forceinline__ void qk_block(float (&s)[32], SharedStorage& ss, int 
 
 __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedRow& row, int wg) {
   const DecodeParams& p = kp.p;
-  const int tid = threadIdx.x % WG_THREADS;
-  const int warp = tid / 32;
-  const int lane = tid % 32;
-  const int t = lane % 4;
-  const int row0 = 16 * warp + lane / 4;
+  const auto [warp, lane, t, row0] = math_thread();
   const int m_tile = blockIdx.x;
   // Query rows of this warp: launch.h rows_per_warp. Warp-uniform: live_rows (any of them is a real query row:
   // at h_q = 16 every warp holds 4). The softmax runs both of a thread's rows even when r0 + 8 is padding.

@@ -58,6 +58,18 @@ __device__ __forceinline__ void tile_rows(const DecodeParams& p, int req, int se
   }
 }
 
+// A math thread's place in its warpgroup and in the WGMMA accumulator fragment (wgmma.cuh), for the 64-row tile
+// kernels (wide, ws, cluster): warp 0..3 of the warpgroup, lane, t = lane % 4 (its columns 8i + 2t + e) and
+// row0 = 16 warp + lane / 4 (its rows row0 and row0 + 8).
+struct MathThread {
+  int warp, lane, t, row0;
+};
+__device__ __forceinline__ MathThread math_thread() {
+  const int tid = threadIdx.x % WG_THREADS;
+  const int warp = tid / 32, lane = tid % 32;
+  return MathThread{warp, lane, lane % 4, 16 * warp + lane / 4};
+}
+
 // Index of the request's piece that starts this schedule row (the first request may continue a split one).
 __device__ __forceinline__ int piece_split(const DecodeParams& p, const SchedRow& row, int req) {
   return req == row.begin_req ? sched_meta_row(p)[sched::BEGIN_SPLIT] : 0;

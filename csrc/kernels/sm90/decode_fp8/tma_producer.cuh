@@ -38,6 +38,19 @@ __device__ __forceinline__ void init_pipeline(const KernelParams& kp, Storage& s
   prefetch_tensor_maps(kp);
 }
 
+// The wide-tile kernels' prologue (kernel.cuh, ws/kernel.cuh): the hand-off barriers xchg_full (WG_THREADS
+// arrivals: the warpgroup that wrote the block's hand-off, exchange.cuh), init_pipeline's, and the CTA barrier
+// that makes them visible to every role.
+__device__ __forceinline__ void init_wide_pipeline(const KernelParams& kp, SharedStorage& ss, int kv_empty_arrivals,
+                                                   int q_empty_arrivals) {
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < KV_STAGES; ++i) mbarrier_init(&ss.xchg_full[i], WG_THREADS);  // fenced by init_pipeline
+  }
+  init_pipeline(kp, ss, kv_empty_arrivals, q_empty_arrivals);
+  __syncthreads();
+}
+
 // The query tile of piece `req` into buffer qbuf, on q_full[qbuf]: rows 0 .. N - 1 of the request (rows past
 // q_rows read as zeros), 4 content tiles and the RoPE tile.
 template <typename Storage>

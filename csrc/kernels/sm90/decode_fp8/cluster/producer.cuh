@@ -16,6 +16,7 @@
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
 #include "kernels/sm90/decode_fp8/cluster/config.h"
+#include "kernels/sm90/decode_fp8/query_tile.cuh"
 #include "kernels/sm90/decode_fp8/schedule.cuh"
 #include "kernels/sm90/decode_fp8/tma_producer.cuh"
 #include "kernels/sm90/decode_fp8/traits.h"
@@ -24,18 +25,7 @@ namespace snapmla::sm90::decode_fp8::cluster {
 
 // The query tile of piece `req`: 4 warp slabs of rows_per_warp rows (launch.h), tile m_tile, as the wide kernel.
 __device__ __forceinline__ void issue_query_tile_c(const KernelParams& kp, ClusterStorage& ss, int m_tile, int req) {
-  const int rpw = rows_per_warp(kp.p.q_rows);
-  uint64_t* bar = &ss.pair[0].q_full;
-  mbarrier_arrive_expect_tx(bar, q_tx_bytes(rpw));
-#pragma unroll
-  for (int w = 0; w < MATH_WARPS_PER_WG; ++w) {
-    const int q_row = warp_first_q_row(m_tile, w, rpw);
-    constexpr int SLAB = 16 * SWIZZLE_ROW_BYTES;  // 16 rows of 128 B
-#pragma unroll
-    for (int t = 0; t < CONTENT_TILES; ++t)
-      tma_load_3d(ss.q_content[t] + w * SLAB, &kp.tm_q_content, bar, t * SWIZZLE_ROW_BYTES, q_row, req);
-    tma_load_3d(ss.q_rope + w * SLAB, &kp.tm_q_rope, bar, 0, q_row, req);
-  }
+  issue_query_slabs(kp, ss, &ss.pair[0].q_full, m_tile, req);
 }
 
 // Block n's page `page` at stage view v of this CTA (rank). Called after the stage's kv_empty wait.

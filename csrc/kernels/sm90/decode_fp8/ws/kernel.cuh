@@ -42,13 +42,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) snapmla_decode_fp8_ws_kernel(co
   extern __shared__ uint8_t smem_raw[];
   SharedStorage& ss = aligned_storage<SharedStorage>(smem_raw);
 
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int i = 0; i < KV_STAGES; ++i) mbarrier_init(&ss.xchg_full[i], WG_THREADS);  // fenced by init_pipeline
-  }
   // kv_empty: both PV warpgroups after their PV of the block; q_empty: the softmax warpgroup's last QK of a piece.
-  init_pipeline(kp, ss, NUM_PV_WG * WG_THREADS, WG_THREADS);
-  __syncthreads();
+  init_wide_pipeline(kp, ss, NUM_PV_WG * WG_THREADS, WG_THREADS);
 
   // PDL (common/pdl.h): nothing above touched global memory; the schedule row is read after setmaxnreg (values
   // live across it would be spilled).

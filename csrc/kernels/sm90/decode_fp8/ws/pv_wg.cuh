@@ -22,10 +22,7 @@ namespace snapmla::sm90::decode_fp8::ws {
 
 __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const SchedRow& row, int pv) {
   const DecodeParams& p = kp.p;
-  const int tid = threadIdx.x % WG_THREADS;
-  const int warp = tid / 32;
-  const int lane = tid % 32;
-  const int row0 = 16 * warp + lane / 4;
+  const auto [warp, lane, t, row0] = math_thread();
 
   int block_idx = 0;  // running index of the piece's first block
   int piece = 0;

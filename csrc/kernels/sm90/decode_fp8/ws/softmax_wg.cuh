@@ -82,11 +82,7 @@ __device__ __forceinline__ void softmax_and_publish(float (&s)[32], const float 
 
 __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const SchedRow& row) {
   const DecodeParams& p = kp.p;
-  const int tid = threadIdx.x % WG_THREADS;
-  const int warp = tid / 32;
-  const int lane = tid % 32;
-  const int t = lane % 4;
-  const int row0 = 16 * warp + lane / 4;
+  const auto [warp, lane, t, row0] = math_thread();
   const int rpw = rows_per_warp(p.q_rows);  // launch.h
   const int warp_q_row0 = warp_first_q_row(blockIdx.x, warp, rpw);
 
@@ -124,8 +120,9 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
       mbarrier_wait(&ss.kv_full[(n + 1) % KV_STAGES], ((n + 1) / KV_STAGES) & 1);
       tm.mark(WS_TP_WAIT_KV);
       issue_chain_a(acc_a, ss, (n + 1) % KV_STAGES);
-      // Pins S and the k scales here: without it the compiler hoisted the softmax above the WGMMA issue and
-      // spread chain A's 8 QGMMAs through it (one every ~50 instructions), so the QK ran late.
+      // Orders the softmax after chain A's issue in the PTX. ptxas still interleaves chain A's 8 QGMMAs into
+      // the softmax's first part (one every ~50 instructions, SASS of 2026-12-03): they run under it all the
+      // same, only starting later (docs/decode_kernel.md, "Seventeenth session").
       wgmma_fence_operands(s);
       wgmma_fence_operands(ks);
       tm.mark(WS_TP_ISSUE_A);
