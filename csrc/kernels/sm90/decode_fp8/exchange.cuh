@@ -78,26 +78,20 @@ __device__ __forceinline__ void publish_block(uint32_t tile, const uint32_t (&p)
   fence_proxy_async_smem();
 }
 
-// Reader side: the state after the block and the scale of its fold, in row layout (every lane of the quad reads
-// its rows).
-__device__ __forceinline__ void read_block_state(uint32_t tile, int row0, RowState (&st)[2], float (&o_scale)[2]) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r)
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(st[r].m), "=f"(st[r].inv), "=f"(st[r].l), "=f"(o_scale[r])
-                 : "r"(tile + XCHG_STATE_OFFSET + 16 * (row0 + 8 * r))
-                 : "memory");
-}
-
-// The state after the block of one tile row (its m, inv, L~), read from the hand-off.
-__device__ __forceinline__ RowState read_row_state(uint32_t tile, int row) {
+// Reader side: the state after the block of tile row `row` (its m, inv, L~) and the scale of its fold.
+__device__ __forceinline__ RowState read_row_state(uint32_t tile, int row, float& o_scale) {
   RowState st;
-  float o_scale;
   asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
                : "=f"(st.m), "=f"(st.inv), "=f"(st.l), "=f"(o_scale)
                : "r"(tile + XCHG_STATE_OFFSET + 16 * row)
                : "memory");
   return st;
+}
+
+// The same for both of a thread's rows, row0 and row0 + 8 (every lane of the quad reads its rows).
+__device__ __forceinline__ void read_block_state(uint32_t tile, int row0, RowState (&st)[2], float (&o_scale)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) st[r] = read_row_state(tile, row0 + 8 * r, o_scale[r]);
 }
 
 // The fold scales of the thread's O^T columns (tile rows 8i + 2t + e) for i = FIRST .. FIRST + COUNT - 1:

@@ -52,7 +52,8 @@ __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const Sched
     const uint32_t last_tile = smem_u32(ss.kv_rope[last % KV_STAGES]);
     store_piece_state_of(p, ss, req, piece_split(p, row, req), blockIdx.x, pv, warp, lane, o, [&](int rr) {
       RowState st = {-INFINITY, 1.f, 0.f};
-      if (n_blocks > 0) st = read_row_state(last_tile, row0 + 8 * rr);
+      float o_scale;  // the last block's fold scale, already applied by its PV
+      if (n_blocks > 0) st = read_row_state(last_tile, row0 + 8 * rr, o_scale);
       return st;
     });
     if (n_blocks > 0) release_stage(&ss.kv_empty[last % KV_STAGES]);
