@@ -5,7 +5,7 @@ Environment:
   SNAPMLA_BUILD_GROUPS    comma list of source groups to build (default: all), e.g. "quant" while another
                           group is being written
   SNAPMLA_PTXAS_VERBOSE=1 add `ptxas -v` (registers, shared memory, spills) to the build log
-  SNAPMLA_SKIP_EXT=1      install the pure-Python package only (reference path)
+  SNAPMLA_SKIP_EXT=1      install the pure-Python package only (reference path; torch still required)
   NVCC_THREADS            nvcc --threads (default 4); MAX_JOBS is torch's ninja parallelism
   SNAPMLA_EXTRA_LDFLAGS   extra linker flags (space separated), e.g. "-static-libgcc" for toolchains whose
                           unwinder differs from the one torch runs with
@@ -15,7 +15,7 @@ import glob
 import os
 import sys
 
-from setuptools import find_packages, setup
+from setuptools import setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -109,10 +109,27 @@ def nvcc_flags():
     return flags
 
 
+NO_TORCH = """snapmla_ext: torch is not importable in the build environment.
+This is a CUDA extension built against the torch you run it with: install torch (>= 2.11) first, then
+    pip install --no-build-isolation .      (or: pip install --no-build-isolation -e .)
+Plain `pip install .` builds in an isolated environment without torch and stops here."""
+
+NO_NVCC = """snapmla_ext: nvcc not found at {nvcc} (set CUDA_HOME to a CUDA >= 12.3 toolkit).
+To install the pure-PyTorch package only (snapmla_ext.reference, no kernels):
+    SNAPMLA_SKIP_EXT=1 pip install --no-build-isolation ."""
+
+
 def extensions():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        sys.exit(NO_TORCH)
     if os.environ.get("SNAPMLA_SKIP_EXT") == "1":
         return [], {}
     os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
+    nvcc = os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc")
+    if not os.path.exists(nvcc):
+        sys.exit(NO_NVCC.format(nvcc=nvcc))
     # Only Hopper with its arch-specific features (wgmma, setmaxnreg): one target, no PTX fallback.
     os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0a"
     from torch.utils.cpp_extension import BuildExtension, CUDAExtension
@@ -138,12 +155,5 @@ else:
     ext_modules, cmdclass = extensions()
 
 if __name__ != "snapmla_flags":
-    setup(
-        name="snapmla_ext",
-        version="0.1.0",
-        description="SnapMLA: FP8 MLA decode kernels for Hopper (sm_90a), a drop-in for FlashMLA's decode",
-        packages=find_packages(include=["snapmla_ext", "snapmla_ext.*"]),
-        python_requires=">=3.10",
-        ext_modules=ext_modules,
-        cmdclass=cmdclass,
-    )
+    # Name, version and dependencies live in pyproject.toml.
+    setup(ext_modules=ext_modules, cmdclass=cmdclass)

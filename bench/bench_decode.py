@@ -167,7 +167,7 @@ def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_ro
     fn = lambda: flash_mla_with_kvcache(q, cache, block_table, seqlens, L.D_CONTENT, meta, splits)  # noqa: E731
     # With FlashMLA importable, ours and FlashMLA's call alternate for `ab_rounds` rounds and each side keeps its
     # fastest: timed once each, ours came right after the previous case's FlashMLA run and was up to 17 % slower
-    # than in a run without it (b64 h128 16k, H200, 2026-12-01; docs/notes/2026-12-01-h200-d.md).
+    # than in a run without it (b64 h128 16k, H200, 2026-12-01).
     # Each round is followed by the SM clock it left (harness.sm_clock_mhz): in the twelfth session's table our
     # second round ran up to 20 % slower than the first at h_q 64 / 128 while FlashMLA's two agreed within 3 %.
     # ours_round_count (--ours-rounds) sets the count with or without FlashMLA: our rounds alone tell whether

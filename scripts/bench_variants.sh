@@ -8,7 +8,7 @@
 # (default /tmp), their logs in .../variant_out_<name>/, build logs of
 # failed builds are copied to $OUT).
 #   SNAPMLA_VARIANTS="name:csrc_dir:flags:env;..."  csrc_dir "." = this tree's csrc, "+file.patch" = this tree
-#                                               with a patch applied (patch -p1, e.g. docs/experiments/*.patch),
+#                                               with a patch applied (patch -p1),
 #                                               "@other" = the build of variant `other` (no build of its own,
 #                                               e.g. to compare run-time settings), else a path to a csrc copy
 #                                               (e.g. under .out/, carried); flags e.g. -DSNAPMLA_TRACE_PHASES;
@@ -41,7 +41,7 @@ for v in "${VARIANTS[@]}"; do
   rm -rf "$dir"; mkdir -p "$dir"
   tar -C "$ROOT" --exclude=./build --exclude=./.git --exclude=./.out --exclude=./.whl -cf - . | tar -C "$dir" -xf -
   if [[ $src == +* ]]; then
-    # "+path.patch": this tree with the patch applied (docs/experiments/: experiments kept as patches, since
+    # "+path.patch": this tree with the patch applied (an experiment kept as a patch, since
     # branches do not survive between sessions).
     ( cd "$dir" && patch -s -p1 < "$ROOT/${src#+}" ) || { echo "PATCH FAILED: $name"; continue; }
   elif [ "$src" != "." ]; then rm -rf "$dir/csrc"; cp -r "$ROOT/$src" "$dir/csrc"; fi

@@ -33,7 +33,7 @@ CASES = [  # (b, s_q, h_q, seqlens, causal, num_sm_parts, SNAPMLA_DECODE_KERNEL)
     (1, 1, 64, [2000], False, 24, "auto"),
     (2, 1, 32, [1500, 900], False, 30, "auto"),
     # 71 pieces per CTA in both kernels (past the 64 output rows that
-    # docs/experiments/epilogue_out_row_prefetch.patch stages in shared memory); request 70 (5000 tokens) is split
+    # an out-row prefetch variant stages in shared memory); request 70 (5000 tokens) is split
     # between piece 70 of part 0 and piece 0 of part 1.
     (141, 1, 64, [1, 0, 65, 7, 64] * 14 + [5000] + [1, 0, 65, 7, 64] * 14, False, 2, "auto"),
     (141, 1, 16, [1, 0, 65, 7, 64] * 14 + [5000] + [1, 0, 65, 7, 64] * 14, False, 2, "narrow"),

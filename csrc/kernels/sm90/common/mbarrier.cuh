@@ -82,7 +82,7 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 // producer's acquiring wait already order (CUTLASS's TMA pipelines release the same way). The fence
 // (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S, waiting for the warp's outstanding memory operations) sat at the end
 // of every PV on the warpgroup's chain; removing it together with the softmax's IEEE divisions measured
-// 1.01-1.02x at b = 64 (H200, 2026-12-01, docs/notes/2026-12-01-h200-c.md).
+// 1.01-1.02x at b = 64 (H200, 2026-12-01).
 // The fence stays where it is needed: generic stores that a WGMMA or TMA reads next (the P^T hand-off).
 __device__ __forceinline__ void release_stage(uint64_t* empty_bar) { mbarrier_arrive(empty_bar); }
 

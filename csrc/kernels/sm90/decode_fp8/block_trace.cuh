@@ -1,6 +1,6 @@
 // Debug build -DSNAPMLA_TRACE_BLOCKS: per block of a CTA's walk, when the producer issued its page and when the
 // owning math warpgroup saw it arrive and finished it, in %globaltimer ns. Question it answers: in a slow CTA
-// (docs/notes/2026-12-01-h200-e.md: one CTA per b64 h_q 16 16k call runs its second piece at half the block
+// (measured: one CTA per b64 h_q 16 16k call runs its second piece at half the block
 // rate), who waits for whom, block by block: the producer for a free stage (the math is slow), the math for the
 // page (memory or the producer's page ids are slow), or neither.
 // Three tracing threads per CTA: the producer's lane 0 stamps each block before its TMA (after the kv_empty

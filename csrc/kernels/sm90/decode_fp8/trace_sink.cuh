@@ -8,7 +8,7 @@
 // thirteenth session's review; docs/decode_kernel.md "Thirteenth session"). tests/test_trace_builds.py compiles
 // the trace builds and checks there is no C7510.
 // Lines print in the formats the scripts parse (scripts/trace_cta.py, scripts/trace_blocks.py, the
-// `trace cta` lines of docs/experiments/README.md); a line past TRACE_LINES is dropped and counted.
+// `trace cta` lines, scripts/trace_cta.py); a line past TRACE_LINES is dropped and counted.
 #pragma once
 
 #if defined(SNAPMLA_TRACE_PHASES) || defined(SNAPMLA_TRACE_CTA) || defined(SNAPMLA_TRACE_BLOCKS)
