@@ -11,7 +11,7 @@ mkdir -p .out
 source scripts/host_compiler.sh
 # The editable install only links the source tree (no compilation); the extension is built in place by
 # `setup.py build_ext`, whose ninja build under build/ is incremental: a second command recompiles nothing.
-$PY -c "import snapmla_ext" 2>/dev/null || SNAPMLA_SKIP_EXT=1 $PY -m pip install -q --no-build-isolation --no-deps -e .
+$PY -m pip show -q snapmla_ext >/dev/null 2>&1 || SNAPMLA_SKIP_EXT=1 $PY -m pip install -q --no-build-isolation --no-deps -e .
 if [ "${SNAPMLA_SKIP_EXT:-0}" != "1" ] && [ -x "$CUDA_HOME/bin/nvcc" ]; then
   echo "building snapmla_ext._C (incremental; log: .out/build.log) ..."
   t0=$(date +%s)
