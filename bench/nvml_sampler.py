@@ -3,12 +3,12 @@ while a benchmark round runs.
 
 Why: our rounds of a long wide-kernel case differ by up to 14 % when FlashMLA's rounds run between them, and the
 clock that harness.sm_clock_mhz measures *after* a round (a sleep kernel on an idle GPU) does not track it
-(docs/decode_kernel.md, "Fourteenth session"). The reading tested here is that the chain-bound wide kernel
+(docs/decode_kernel.md,). The reading tested here is that the chain-bound wide kernel
 follows an SM clock lowered by power or heat; that needs the clock *during* the round, and NVML's reasons.
 
 NVML is reached through ctypes on libnvidia-ml.so.1, which ships with the driver (the H200 machine has no pynvml).
 Without it, or without a GPU, or with SNAPMLA_NVML=0, `RoundSampler` records nothing and `summary()` is None:
-benchmarks run as before. Not yet run on the H200 (written after the fourteenth session's device time): the first
+benchmarks run as before. Not yet run on the H200 (written after earlier measurements device time): the first
 run should time a case with SNAPMLA_NVML=0 and =1 side by side.
 
     with RoundSampler() as s:

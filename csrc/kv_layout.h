@@ -1,4 +1,4 @@
-// The one definition of the SnapMLA paged KV-cache byte map (SPEC section 2).
+// The one definition of the SnapMLA paged KV-cache byte map (docs/numerics_contract.md section 2).
 //
 // A layer's cache is one uint8 tensor of shape (num_blocks, PAGE_BYTES). Each 64-token page holds three parts,
 // each contiguous, in this order:
@@ -50,7 +50,7 @@ inline constexpr int ROPE_OFFSET = CONTENT_OFFSET + PAGE_BLOCK_SIZE * CONTENT_TO
 inline constexpr int SCALE_OFFSET = ROPE_OFFSET + PAGE_BLOCK_SIZE * ROPE_TOKEN_BYTES;       // 40960
 inline constexpr int PAGE_BYTES = SCALE_OFFSET + PAGE_BLOCK_SIZE * SCALE_TOKEN_BYTES;       // 41216
 
-// Quantization constants (SPEC sections 2-4). AMAX_FLOOR keeps the scale of an all-zero token positive and
+// Quantization constants (docs/numerics_contract.md sections 2-4). AMAX_FLOOR keeps the scale of an all-zero token positive and
 // bounds the pre-scaled RoPE: |r'| <= |r| * 448 / 2^-14 = |r| * 7.3e6, so RoPE up to ~3e11 stays far from the
 // fp32 range in the QK accumulator even for a token whose content is all zero.
 inline constexpr float FP8_E4M3_MAX = 448.0f;
@@ -63,7 +63,7 @@ inline constexpr float AMAX_FLOOR = 6.103515625e-05f;  // 2^-14
 // A block in which a row sees no token at all leaves that row's state untouched (kernel and reference alike).
 inline constexpr float P_FLOOR = 8.673617379884035e-19f;  // 2^-60
 
-static_assert(TOKEN_BYTES == 644, "SPEC section 2: 644 B per token");
+static_assert(TOKEN_BYTES == 644, "docs/numerics_contract.md section 2: 644 B per token");
 static_assert(PAGE_BYTES == PAGE_BLOCK_SIZE * TOKEN_BYTES, "the page holds exactly its tokens");
 
 // The Swizzle-128B image of the content and RoPE parts (see the top of this file).

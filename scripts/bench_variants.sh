@@ -17,8 +17,7 @@
 #   SNAPMLA_VARIANT_TESTS="tests/test_decode_kernel_gpu.py" (default), SNAPMLA_VARIANT_CASES="" (bench_decode
 #   --cases substring; default: --quick), SNAPMLA_GIT_REV (recorded in the JSON),
 #   SNAPMLA_VARIANT_ROUNDS=2 (default): the variants' benchmarks run in rounds (A B C, A B C, ...) and the table
-#   takes each variant's fastest round per case. One round in variant order was biased: on 2026-12-01 (eighth
-#   session) the first variant ran up to 16 % slower than an identical second one (GPU clocks settling).
+#   takes each variant's fastest round per case. One round in variant order was biased: on 2026-12-01 (earlier measurements) the first variant ran up to 16 % slower than an identical second one (GPU clocks settling).
 #   SNAPMLA_VARIANT_WARMUP=1 (default) runs the first variant's benchmark once more before the rounds, unrecorded.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +41,7 @@ for v in "${VARIANTS[@]}"; do
   tar -C "$ROOT" --exclude=./build --exclude=./.git --exclude=./.out --exclude=./.whl -cf - . | tar -C "$dir" -xf -
   if [[ $src == +* ]]; then
     # "+path.patch": this tree with the patch applied (an experiment kept as a patch, since
-    # branches do not survive between sessions).
+    # branches do not survive between machines).
     ( cd "$dir" && patch -s -p1 < "$ROOT/${src#+}" ) || { echo "PATCH FAILED: $name"; continue; }
   elif [ "$src" != "." ]; then rm -rf "$dir/csrc"; cp -r "$ROOT/$src" "$dir/csrc"; fi
   ( cd "$dir" && NVCC_APPEND_FLAGS="$flags" MAX_JOBS=$jobs_each NVCC_THREADS=1 \

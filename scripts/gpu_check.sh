@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything the H200 session needs in one call: build the extension in place, run the GPU tests (each file in
+# Everything an H200 run needs in one call: build the extension in place, run the GPU tests (each file in
 # its own pytest process, so a crash in one cannot hide the others) and the CPU tests, compute-sanitizer on small
 # shapes, optional ncu, and the benchmarks. Logs and JSON go under $OUT when set (the device tool brings them
 # back), else under .out/: build.log, run.log (this script's summary), tests.log (every pytest output),

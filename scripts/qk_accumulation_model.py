@@ -1,7 +1,7 @@
 """Model of how Hopper's FP8 tensor cores accumulate the decode kernels' QK, and of promoting it to fp32.
 
 Question: the kernels' lse is off the exact emulation in two measured cases (H200), and only there:
-- the heavy-tailed synthetic layer of tests/test_numerics.py: 5.9e-3 nats (SPEC section 7 asks 1e-3);
+- the heavy-tailed synthetic layer of tests/test_numerics.py: 5.9e-3 nats (docs/numerics_contract.md section 7 asks 1e-3);
 - tests/test_decode_kernel_gpu.py test_block_far_above_the_others, where one block's keys are head 0's query
   scaled by 400 (all 512 products of a dominant logit of one sign): 0.37 / 0.52 / 0.46 nats at lse 86 / 108 / 94.
 What does the accumulator do, and how much would promoting it to fp32 every g k-steps recover?
@@ -17,17 +17,17 @@ fraction bits and an fp32 result. Promotion every g steps: a fresh accumulator p
 
     PYTHONPATH=. python3 scripts/qk_accumulation_model.py        (CPU, ~1 min)
 
-Result (2026-12-01, eleventh session; a helper's bit-level probe first found it):
+Result (2026-12-01, earlier measurements; a helper's bit-level probe first found it):
 - the far-above case: -0.3 to -0.5 nats without promotion (the measured size; the model says the kernel's lse
   is low); every 4 steps ~-0.05, every 2 ~-0.02, every step ~-0.004;
 - the heavy-tailed layer: 5.9e-3 without promotion (measured 5.9e-3), 1.7e-3 every 4 steps, 1.5e-3 every 2 and
   every step: each step's own 14-bit result keeps it above 1e-3 whatever the promotion.
-Channel orders (twelfth session): gathering the largest-|k| channels into one k-step, or sorting them, does
+Channel orders (earlier measurements): gathering the largest-|k| channels into one k-step, or sorting them, does
 not help the kernels' chains (every 8: 2.25e-3 as is, 3.1-4.1e-3 reordered; every 4: 1.74e-3 as is, 1.58-2.39e-3
 reordered); only with a chain per k-step does it reach 1.02e-3 (from 1.46e-3). So the order is not the lever.
-Outlier channels in BF16 (thirteenth session, `outlier_format_errors`): a format that keeps the k largest content
+Outlier channels in BF16 (earlier measurements, `outlier_format_errors`): a format that keeps the k largest content
 channels (8 are outliers in this layer) in BF16 beside RoPE, the FP8 scale taken over the rest. Accumulation error
-(SPEC's 1e-3) with chains of 8 / 4 / 2 k-steps: k = 0 2.25e-3 / 1.74e-3 / 1.48e-3; k = 8 2.73e-3 / 1.12e-3 /
+(the contract's 1e-3) with chains of 8 / 4 / 2 k-steps: k = 0 2.25e-3 / 1.74e-3 / 1.48e-3; k = 8 2.73e-3 / 1.12e-3 /
 5.6e-4 (3.7e-4 with a chain per step); k = 16 3.09e-3 / 1.25e-3; k = 32 2.75e-3 / 1.22e-3. Against float64 the
 lse error falls from 0.052 to 0.037 nats on average (max 0.37 -> 0.30) at k = 8 and 0.032 at k = 16. So the
 outliers set the per-step floor (1.46e-3), and meeting 1e-3 takes both the format and chains of at most 2-4
@@ -144,7 +144,7 @@ def outlier_format_errors(q: torch.Tensor, kv: torch.Tensor, softmax_scale: floa
                           group: int) -> tuple[torch.Tensor, torch.Tensor]:
     """lse error per query row (nats) of the format with k BF16 outlier channels (quantize_rows_split; k = 0
     is today's cache): (the model's accumulation against the exact dot products of the same quantized values,
-    which is what SPEC's 1e-3 is about; the model against float64 attention on the unquantized bf16 inputs,
+    which is what the contract's 1e-3 is about; the model against float64 attention on the unquantized bf16 inputs,
     which adds the quantization error)."""
     outl = outlier_channels(kv, k)
     lse_model, lse_same = _lse_of(q, kv, softmax_scale, group, lambda x: quantize_rows_split(x, outl))

@@ -1,4 +1,4 @@
-"""The per-token RoPE-aware FP8 paged KV cache of one layer (SPEC section 2; byte map in docs/kv_cache_format.md).
+"""The per-token RoPE-aware FP8 paged KV cache of one layer (docs/numerics_contract.md section 2; byte map in docs/kv_cache_format.md).
 
 The storage is one uint8 tensor `data` of shape (num_blocks, PAGE_BYTES = 41216) holding three parts per page;
 content and RoPE are stored as the decode kernels' Swizzle-128B shared-memory image, so `content` and `rope` are

@@ -1,7 +1,7 @@
 """FlashMLA-compatible decode API over the SnapMLA FP8 cache: get_mla_metadata and flash_mla_with_kvcache.
 
 Both keep FlashMLA's names and argument order, so `from snapmla_ext.ops import get_mla_metadata,
-flash_mla_with_kvcache` replaces `from flash_mla import ...`; `k_cache` is the SnapMLA cache (SPEC section 2).
+flash_mla_with_kvcache` replaces `from flash_mla import ...`; `k_cache` is the SnapMLA cache (docs/numerics_contract.md section 2).
 
 Split-KV: the scheduler (torch.ops.snapmla.get_mla_metadata, one device kernel, no host sync) cuts the KV work
 of the batch into `num_sm_parts` balanced runs of 64-token blocks; the decode kernel runs one CTA column per

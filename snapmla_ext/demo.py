@@ -78,7 +78,7 @@ def main(argv=None):
     print(f"[snapmla] out {tuple(out.shape)} {out.dtype}, lse {tuple(lse.shape)}; {elapsed * 1e3:.1f} ms "
           f"({'kernels' if on_gpu else 'reference'})")
     print(f"[snapmla] vs float64 attention on the BF16 inputs: rel L2 {err64.item():.2e} "
-          "(FP8 error; SPEC expects about 3.7e-2 on this data)")
+          "(FP8 error; the numerics contract expects about 3.7e-2 on this data)")
 
 
 if __name__ == "__main__":

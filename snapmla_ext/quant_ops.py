@@ -1,4 +1,4 @@
-"""Fused quantization ops (SPEC sections 2-3, 6): Fused-Q-Quant, Fused-K-Append, Fused-Fetch-Dequant.
+"""Fused quantization ops (docs/numerics_contract.md sections 2-3, 6): Fused-Q-Quant, Fused-K-Append, Fused-Fetch-Dequant.
 
 CUDA tensors run the kernels (torch.ops.snapmla.*, one launch each); CPU tensors run snapmla_ext.reference, which
 defines the numerics the kernels match bit for bit. Differences between the two paths, by design:

@@ -6,7 +6,7 @@ import torch
 
 
 class QuantizedQ(NamedTuple):
-    """A query quantized per (request, query token, head) as SPEC section 3 says (Fused-Q-Quant's output).
+    """A query quantized per (request, query token, head) as docs/numerics_contract.md section 3 says (Fused-Q-Quant's output).
 
     content: (b, s_q, h_q, 512) float8_e4m3fn, q_c * inv rounded to nearest even, saturated at +-448
     rope:    (b, s_q, h_q, 64) bfloat16, q_r * inv (pre-scaled into the content's domain)

@@ -1,7 +1,7 @@
 """The FP8 decode kernel end to end (GPU): flash_mla_with_kvcache = Fused-Q-Quant + scheduler + decode + combine.
 
-Against snapmla_ext.reference.decode (the exact emulation of SPEC section 4) on the same quantized inputs, with
-SPEC section 7's tolerances: rel L2 of o <= 3e-3, 1 - cos <= 1e-5, |lse error| <= 1e-3, the same +-inf / NaN
+Against snapmla_ext.reference.decode (the exact emulation of docs/numerics_contract.md section 4) on the same quantized inputs, with
+docs/numerics_contract.md section 7's tolerances: rel L2 of o <= 3e-3, 1 - cos <= 1e-5, |lse error| <= 1e-3, the same +-inf / NaN
 positions. Inputs come from tests/utils/data.make_paged_inputs: random page order, NaN in every unused slot and
 page, sentinel block ids past each request's pages. Every case runs with SNAPMLA_DEBUG_CHECKS=1, which pre-fills
 out, lse and the split workspaces with NaN, so an element the kernels leave unwritten fails the NaN check.
@@ -31,8 +31,7 @@ BEGIN_REQ, BEGIN_BLOCK, END_REQ, END_BLOCK, BEGIN_SPLIT = range(5)
 @pytest.fixture(autouse=True)
 def poison_outputs(monkeypatch):
     monkeypatch.setenv("SNAPMLA_DEBUG_CHECKS", "1")
-    # Every case with q_rows <= 16 on the narrow kernel, forced (the automatic choice too since the twelfth
-    # session; before, it sent small ones to the wide kernel). tests/test_decode_kernel_gpu.py runs the wide
+    # Every case with q_rows <= 16 on the narrow kernel, forced (the automatic choice too since earlier measurements; before, it sent small ones to the wide kernel). tests/test_decode_kernel_gpu.py runs the wide
     # kernel on q_rows <= 16 against the narrow one.
     monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "narrow")
     monkeypatch.delenv("SNAPMLA_FORCE_SPLIT", raising=False)
@@ -52,7 +51,7 @@ def varlen(b: int, s_k: int, seed: int, zeros: bool = True) -> list[int]:
 def inputs(b, s_q, h_q, seqlens, causal, seed):
     """make_paged_inputs on the GPU. Causal lengths whose last page would hold no visible token for some query
     row (seqlen > 64, seqlen % 64 in [1, s_q)) are moved past it: the reference emulation overflows there (the
-    SPEC section 4 hazard, see tests/test_reference_decode.py), while the kernel leaves the row's state alone;
+    docs/numerics_contract.md section 4 hazard, see tests/test_reference_decode.py), while the kernel leaves the row's state alone;
     test_causal_empty_last_block_stays_finite covers that case against float64."""
     if causal:
         seqlens = [n + s_q if n > 64 and 0 < n % 64 < s_q else n for n in seqlens]
@@ -112,7 +111,7 @@ CASES = [
     ("b1_h1_64k", 1, 1, 1, [65536], False, None),
     ("b1_h128_sq2_32k_causal_forced", 1, 2, 128, [32768], True, FORCE),
     ("b16_h32_8k", 16, 1, 32, varlen(16, 8192, 4), False, None),
-    # s_q = 8 (SPEC section 5: s_q from 1 to at least 8), added in the eleventh session without a GPU: 1024 query
+    # s_q = 8 (docs/numerics_contract.md section 5: s_q from 1 to at least 8), added in earlier measurements without a GPU: 1024 query
     # rows in 16 m-tiles with a split, and 128 rows of h_q = 16 with a request shorter than s_q.
     ("b3_sq8_h128_causal_forced", 3, 8, 128, [900, 64, 2000], True, FORCE),
     ("b2_sq8_h16_causal", 2, 8, 16, [700, 5], True, None),
@@ -266,7 +265,7 @@ def test_causal_empty_last_block_stays_finite():
 
 
 def test_against_fp64_on_raw_data():
-    """FP8's own error against float64 attention on the original BF16 rows (SPEC 7: near 3.7e-2)."""
+    """FP8's own error against float64 attention on the original BF16 rows (docs/numerics_contract.md section 7: near 3.7e-2)."""
     b, s_q, h_q = 4, 1, 64
     p = make_paged_inputs(b, s_q, h_q, varlen(b, 4096, 45, zeros=False), seed=45, device="cuda")
     out, lse, _, _ = run_kernel(p, s_q, h_q, False, None)
@@ -286,7 +285,7 @@ def _rope_unaware_values(x: torch.Tensor):
 
 
 def test_rope_sensitivity():
-    """RoPE ~1e3 next to content ~1e-2: keeping RoPE in BF16 must beat quantizing it (SPEC 7)."""
+    """RoPE ~1e3 next to content ~1e-2: keeping RoPE in BF16 must beat quantizing it (docs/numerics_contract.md section 7)."""
     b, s_q, h_q, seqlens = 2, 1, 16, [150, 77]
     p = make_paged_inputs(b, s_q, h_q, seqlens, seed=46, device="cuda", content_std=1e-2, rope_std=1e3, clip=None)
     q = p.q.float()

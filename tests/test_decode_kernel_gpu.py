@@ -4,7 +4,7 @@ Each case prints the error of o and of lse separately before asserting, so one r
 off: a wrong lse points at QK (Q/K tiles, RoPE, scales, masking), a right lse with a wrong o at PV (the V
 transpose, the token permutation shared with P, the tail zeroing) or the epilogue. Shapes walk the kernel's
 structure: one block, a partial last block, two M tiles (h_q = 128), causal s_q > 1, split pieces, an empty
-request, many pieces per CTA, and one 64k-token piece (the fp32 folding of PV). Tolerances are SPEC section 7's.
+request, many pieces per CTA, and one 64k-token piece (the fp32 folding of PV). Tolerances are docs/numerics_contract.md section 7's.
 """
 
 import pytest
@@ -117,7 +117,7 @@ def test_cluster_and_wide_kernels_agree(monkeypatch, s_q, h_q, causal):
     to the rounding of one product, the rest is fp32 summation order, so they agree far more closely than
     either does with the float64 attention. Forced splits (30 parts) in both, and the default ones. The bounds
     are the narrow-vs-wide test's (1e-3 / 1e-4); the measured values are printed (not recorded yet: the
-    fifteenth session's run kept only the pass)."""
+    earlier measurements run kept only the pass)."""
     seqlens = [5000, 0, 1, 4097, 2000, 64]
     p = make_paged_inputs(len(seqlens), s_q, h_q, seqlens, seed=91 + h_q + s_q, device="cuda")
     for parts in (None, 30):
@@ -195,16 +195,16 @@ def test_the_chosen_kernel_runs(monkeypatch, choice, q_rows, expected):
 
 # One block of head 0's row dominates by ~100 nats (its keys are head 0's query, scaled), so the other blocks'
 # exponentials relative to the running max all flush to zero (> 126 doublings) and their P8 blocks are all zero.
-# o must match the reference to SPEC section 7's tolerance. lse gets 0.3 % of its value: the FP8 tensor cores
+# o must match the reference to docs/numerics_contract.md section 7's tolerance. lse gets 0.3 % of its value: the FP8 tensor cores
 # align each k-step's products to the accumulator's exponent and truncate them to 13 fraction bits there, and
 # here all 512 products of a dominant logit have the same sign, so the truncations add up and lse comes out low
 # (docs/decode_kernel.md Open problems; scripts/qk_accumulation_model.py, confirmed on the H200 by
 # scripts/microbench/wgmma_fp8_accumulation.cu). Measured on the H200, kernel - reference at lse 86 / 108 / 94:
 # - one accumulator chain of 16 k-steps (before 2026-12-01, both kernels): -0.37 / -0.52 / -0.46 nats, and the
-#   narrow kernel's o 3.3e-3 rel L2 at block 7 (over SPEC's 3e-3);
-# - since the twelfth session: the wide kernel's two chains of 8 (mainloop.cuh issue_qk) -0.13 / -0.20 / -0.13,
+#   narrow kernel's o 3.3e-3 rel L2 at block 7 (over the contract's 3e-3);
+# - since earlier measurements: the wide kernel's two chains of 8 (mainloop.cuh issue_qk) -0.13 / -0.20 / -0.13,
 #   the narrow kernel's four chains of 4 (qk_softmax.cuh issue_qk_t) -0.05 / -0.06 / -0.06; o 2.1-2.9e-3;
-# - since the fourteenth session: the narrow kernel's eight chains of 2 -0.016 / -0.019 / -0.019, o 1.2-1.5e-3.
+# - since earlier measurements: the narrow kernel's eight chains of 2 -0.016 / -0.019 / -0.019, o 1.2-1.5e-3.
 # The 0.3 % (0.26-0.33 nats here) fails one chain of 16 in either kernel. Missing or double-counting the dominant
 # block would move lse by ~50 nats.
 @pytest.mark.parametrize("kernel,h_q", [("wide", 64), ("narrow", 16), ("cluster", 64), ("ws", 64)])

@@ -59,7 +59,7 @@ def test_compiled_byte_map_agrees(requires_ext):
 
 def test_budget_and_alignment_of_the_header():
     header = _header_constants()
-    assert header["TOKEN_BYTES"] == 644 and header["PAGE_BYTES"] == 41216  # SPEC section 2
+    assert header["TOKEN_BYTES"] == 644 and header["PAGE_BYTES"] == 41216  # docs/numerics_contract.md section 2
     assert 2 * header["D_QK"] / header["TOKEN_BYTES"] == pytest.approx(1.789, abs=1e-3)  # 1.79x fewer than BF16
     for name in ("ROPE_OFFSET", "SCALE_OFFSET", "PAGE_BYTES"):
         assert header[name] % 128 == 0, name  # TMA strides (16 B) and Swizzle-128B tile alignment

@@ -169,7 +169,7 @@ def test_kernel_agrees_with_emulation():
     layer = synthetic_layer(SyntheticConfig(seqlen=1000, num_queries=2, num_heads=64), 7)
     out = paged.kernel_paged(layer, TINY.softmax_scale, "random", seed=0)
     worst = kernel_agreement([out])["worst"]
-    assert worst["rel_l2"] <= 3e-3 and worst["cos_diff"] <= 1e-5, worst  # SPEC section 7, on o
+    assert worst["rel_l2"] <= 3e-3 and worst["cos_diff"] <= 1e-5, worst  # docs/numerics_contract.md section 7, on o
 
 
 @pytest.mark.gpu
@@ -177,7 +177,7 @@ def test_kernel_agrees_with_emulation():
                    "exponent) gives lse 2.25e-3 nats off on this heavy-tailed layer with two chains of 8 k-steps "
                    "(H200, 2026-12-01; 5.9e-3 with one chain); docs/decode_kernel.md, Open problems")
 def test_kernel_lse_agrees_with_emulation_on_heavy_tailed_data():
-    # SPEC's lse bound (1e-3) holds on FlashMLA-like data (tests/test_decode_gpu.py); not yet on logits of ~80 nats.
+    # the contract's lse bound (1e-3) holds on FlashMLA-like data (tests/test_decode_gpu.py); not yet on logits of ~80 nats.
     layer = synthetic_layer(SyntheticConfig(seqlen=1000, num_queries=2, num_heads=64), 7)
     out = paged.kernel_paged(layer, TINY.softmax_scale, "random", seed=0)
     assert kernel_agreement([out])["worst"]["lse_max"] <= 1e-3

@@ -1,4 +1,4 @@
-"""The fused quantization kernels against snapmla_ext.reference, bit for bit (SPEC section 7).
+"""The fused quantization kernels against snapmla_ext.reference, bit for bit (docs/numerics_contract.md section 7).
 
 Each kernel runs first, on NaN-poisoned memory where it can (the cache starts as 0xFF bytes; the allocator is
 handed a NaN block of the output's size just before a fetch), then the reference is computed. Quantization is

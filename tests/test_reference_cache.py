@@ -1,4 +1,4 @@
-"""snapmla_ext.reference append_kv / fetch_dequant over the paged byte map (SPEC section 2)."""
+"""snapmla_ext.reference append_kv / fetch_dequant over the paged byte map (docs/numerics_contract.md section 2)."""
 
 import pytest
 import torch

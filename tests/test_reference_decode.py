@@ -1,9 +1,9 @@
-"""snapmla_ext.reference decode_dense / decode / attention_fp64 (SPEC section 4 and section 7's accuracy bands).
+"""snapmla_ext.reference decode_dense / decode / attention_fp64 (docs/numerics_contract.md section 4 and section 7's accuracy bands).
 
 Measured on this data (CPU, torch 2.14): decode_dense with p_quant="none" matches float64 attention over the same
 fp32 values to rel L2 1.6e-7; the block P quantization alone costs rel L2 2.6e-2 .. 2.8e-2 (e4m3 keeps 3 mantissa
 bits of each p'; as large as the K/V quantization error, 2.5e-2 .. 2.7e-2); splits change o by ~1e-5 (bf16 flips);
-against float64 attention on the raw bf16 rows the whole FP8 pipeline gives rel L2 0.035-0.038 (SPEC: ~3.7e-2).
+against float64 attention on the raw bf16 rows the whole FP8 pipeline gives rel L2 0.035-0.038 (contract: ~3.7e-2).
 A request with one or two tokens has almost no P error, so the cases below avoid tiny requests where a norm over
 the whole batch would let them dominate.
 """
@@ -193,7 +193,7 @@ def test_decode_accuracy_against_fp64_on_raw_bf16_rows():
     o, lse = decode(p.q, p.cache, p.block_table, p.cache_seqlens)
     o64, lse64 = attention_fp64(p.q, p.kv, p.seqlens)
     err = rel_l2(o, o64)
-    assert 2.5e-2 < err < 5e-2, f"rel L2 {err:.3e} outside the FP8 band around SPEC's 3.7e-2"
+    assert 2.5e-2 < err < 5e-2, f"rel L2 {err:.3e} outside the FP8 band around the contract's 3.7e-2"
     assert max_abs(lse, lse64) < 1e-3  # measured 7.5e-5 .. 1.1e-4
 
 
@@ -215,7 +215,7 @@ def test_decode_causal(s_q):
 
 
 def test_decode_causal_row_with_empty_last_block():
-    # Query token 0 sees tokens 0..63; block 1 (token 64) has no visible token for its rows. Following SPEC
+    # Query token 0 sees tokens 0..63; block 1 (token 64) has no visible token for its rows. Following the contract
     # literally (sigma_1 = P_FLOOR / 448) would overflow O~ and L~; the row's state must stay as it was.
     p = make_paged_inputs(1, 2, 4, [65], seed=14)
     o, lse = decode(p.q, p.cache, p.block_table, p.cache_seqlens, causal=True)

@@ -1,4 +1,4 @@
-"""snapmla_ext.reference quantizers (SPEC sections 2-3): exact definitions, edge cases and non-finite inputs.
+"""snapmla_ext.reference quantizers (docs/numerics_contract.md sections 2-3): exact definitions, edge cases and non-finite inputs.
 
 The CUDA quant kernels are tested bit for bit against these functions, so here the functions are checked against
 independent float64 arithmetic and an e4m3 value table, not against themselves.

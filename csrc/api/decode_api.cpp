@@ -32,7 +32,7 @@ namespace {
 
 namespace L = kv_layout;
 
-constexpr int64_t MAX_H_Q = 128;           // two 64-row M tiles per query token; SPEC section 1
+constexpr int64_t MAX_H_Q = 128;           // two 64-row M tiles per query token; docs/numerics_contract.md section 1
 // Query rows s_q * h_q of one call: the bound the kernels' index arithmetic was written and tested for (s_q up
 // to 2048 at h_q = 128), not a grid limit (the combine grid is (q_rows, b)).
 constexpr int64_t MAX_Q_ROWS = 262140;

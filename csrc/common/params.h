@@ -1,5 +1,5 @@
-// Plain parameter structs shared by the host entry points and the kernels. Shapes use the names of SPEC
-// section 1: b, s_q, h_q, d_qk = 576 (d_c = 512 content + d_r = 64 RoPE), d_v = 512, page_block_size = 64.
+// Plain parameter structs shared by the host entry points and the kernels. Shapes use the names of
+// docs/numerics_contract.md section 1: b, s_q, h_q, d_qk = 576 (d_c = 512 content + d_r = 64 RoPE), d_v = 512, page_block_size = 64.
 // Query rows are folded as row = s * h_q + h (q_rows = s_q * h_q per request), as in FlashMLA.
 #pragma once
 

@@ -2,7 +2,7 @@
 
 The schemes of schemes.py run on dense rows; this file is the path a user's engine takes (append into pages
 through a block table, then flash_mla_with_kvcache), used for two checks: the page order of the block table must
-not change the result, and the compiled kernel must agree with the emulation (SPEC section 7 tolerances).
+not change the result, and the compiled kernel must agree with the emulation (docs/numerics_contract.md section 7 tolerances).
 """
 
 from __future__ import annotations

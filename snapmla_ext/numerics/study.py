@@ -36,7 +36,7 @@ from snapmla_ext.reference import attention_fp64, decode_dense
 SWEEP_SCHEMES = ("snapmla", "config_a", "config_b", "engine_pt", "bf16")
 ROPE_AMAX_SWEEP = (1e1, 1e2, 1e3, 1e4, 1e5, 1e6)
 CONTENT_GAIN_SWEEP = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2)
-# SPEC section 7: decode kernel against the exact emulation on the same quantized inputs.
+# docs/numerics_contract.md section 7: decode kernel against the exact emulation on the same quantized inputs.
 KERNEL_TOLERANCE = {"rel_l2": 3e-3, "cos_diff": 1e-5, "lse_max": 1e-3}
 
 
@@ -162,7 +162,7 @@ def page_order_check(layer: Layer, softmax_scale: float, seed: int, use_kernel: 
 
 
 def kernel_agreement(kernel_out: list[dict]) -> dict:
-    """Kernel against the emulation on the same cache, per layer, and whether SPEC section 7 holds: the same
+    """Kernel against the emulation on the same cache, per layer, and whether docs/numerics_contract.md section 7 holds: the same
     NaN/inf positions, and the tolerances on the rows where both are finite."""
     per_layer = []
     for k in kernel_out:

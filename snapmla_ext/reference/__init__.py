@@ -1,8 +1,8 @@
 """Pure-PyTorch reference of every SnapMLA op (CPU or CUDA): the oracle the kernels are tested against.
 
-- quant:     quantize_rows / quantize_q / dequantize_q (SPEC sections 2-3, bit-exact definitions), e4m3
+- quant:     quantize_rows / quantize_q / dequantize_q (docs/numerics_contract.md sections 2-3, bit-exact definitions), e4m3
 - cache_ops: append_kv / fetch_dequant (Fused-K-Append, Fused-Fetch-Dequant over the paged byte map)
-- dense:     decode_dense, SPEC section 4 on dense batched inputs (also the building block of the numerics study)
+- dense:     decode_dense, docs/numerics_contract.md section 4 on dense batched inputs (also the building block of the numerics study)
 - decode:    decode, the exact emulation of the decode kernel over the paged cache, with split-KV and combine
 - fp64:      attention_fp64 / attention_fp64_dequant, float64 ground truth
 """

@@ -1,4 +1,4 @@
-"""Reference cache operations: Fused-K-Append and Fused-Fetch-Dequant over the paged byte map of SPEC section 2.
+"""Reference cache operations: Fused-K-Append and Fused-Fetch-Dequant over the paged byte map of docs/numerics_contract.md section 2.
 
 Slots are `page * 64 + offset` (vLLM's slot_mapping). Parts are read and written through the typed views of
 snapmla_ext.cache, so this file holds no byte offsets of its own.

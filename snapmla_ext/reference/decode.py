@@ -1,4 +1,4 @@
-"""decode: the exact emulation of flash_mla_with_kvcache over the SnapMLA paged cache (SPEC section 4).
+"""decode: the exact emulation of flash_mla_with_kvcache over the SnapMLA paged cache (docs/numerics_contract.md section 4).
 
 Gathers each request's tokens through its block table, runs decode_dense per request (or per split piece, then
 the log-sum-exp combine), and rounds o to bf16 once at the end. Query rows are folded as row = s * h_q + h.

@@ -1,4 +1,4 @@
-"""decode_dense: the attention numerics of SPEC section 4 on dense, batched inputs.
+"""decode_dense: the attention numerics of docs/numerics_contract.md section 4 on dense, batched inputs.
 
 One query row walks its KV tokens in blocks of p_block, in increasing order, keeping the probability-scale-domain
 state (m, sigma, O~, L~). With n the block and j a token of the block:
@@ -90,13 +90,13 @@ def decode_dense(
     p_quant: str = "block",
     block_offset: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """SPEC section 4 for B independent problems of R query rows over N tokens (see the module docstring).
+    """docs/numerics_contract.md section 4 for B independent problems of R query rows over N tokens (see the module docstring).
 
     q_c (B, R, 512), q_r (B, R, 64), q_scale (B, R): fp32 query values (e.g. float(q8), float(q_r'), scale).
     k_c (B, N, 512), k_r (B, N, 64), k_scale (B, N): fp32 key values; V is k_c.
     visible (B, R, N) bool: which tokens each row attends to.
     softmax_scale: multiplies the logits (natural log domain).
-    p_block: tokens per P-quantization block. p_quant: "block" (SPEC: per row and block sigma), "running" (sigma
+    p_block: tokens per P-quantization block. p_quant: "block" (contract: per row and block sigma), "running" (sigma
     never drops below alpha_n * sigma_{n-1}, see the module docstring), "none" (p' kept in fp32, sigma = 1),
     "unscaled" (p8 = e4m3(p') with sigma = 1, as per-tensor FP8 engines do).
     block_offset: the walk starts at token block_offset (a multiple of p_block); earlier tokens are not part of

@@ -1,4 +1,4 @@
-"""Reference quantizers: per-token KV rows (SPEC section 2) and per-row queries (SPEC section 3).
+"""Reference quantizers: per-token KV rows (docs/numerics_contract.md section 2) and per-row queries (docs/numerics_contract.md section 3).
 
 The CUDA kernels (Fused-K-Append, Fused-Q-Quant) must match these bit for bit, so every step is spelled out:
 
@@ -10,7 +10,7 @@ The CUDA kernels (Fused-K-Append, Fused-Q-Quant) must match these bit for bit, s
     c8     = e4m3(clamp(x[..., :512] * inv, -448, 448))      fp32 multiply, then clamp, then RNE to e4m3fn
     rope   = bf16(x[..., 512:] * inv)                        fp32 multiply, then RNE to bf16 (no clamp)
 
-x * inv is within one fp32 ulp of x / scale (SPEC's c / s); the kernels multiply because 576 correctly rounded
+x * inv is within one fp32 ulp of x / scale (the contract's c / s); the kernels multiply because 576 correctly rounded
 divisions per row made them instruction-bound, and this definition keeps them bit-identical to this reference.
 
 Non-finite inputs follow from these formulas and nothing else (the kernels must not special-case them):

@@ -1,5 +1,5 @@
 // Fused-Q-Quant: q (b, s_q, h_q, 576) bf16 -> content (b, s_q, h_q, 512) e4m3, rope (b, s_q, h_q, 64) bf16
-// pre-scaled by 1/scale, scale (b, s_q, h_q) fp32 (SPEC section 3; numerics in quant_math.cuh).
+// pre-scaled by 1/scale, scale (b, s_q, h_q) fp32 (docs/numerics_contract.md section 3; numerics in quant_math.cuh).
 //
 // Thread roles: one warp per query row (b * s_q * h_q rows), 8 warps per CTA, no shared memory, no barriers.
 // Memory traffic per row: 1152 B read (3 x 16-B loads per lane, 512 B contiguous per warp instruction),

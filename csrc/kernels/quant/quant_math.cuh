@@ -1,6 +1,6 @@
 // Per-token (per query row) FP8 quantization and dequantization, shared by the three quantization kernels.
 //
-// Numerics (SPEC sections 2-3), all in fp32 from the bf16 inputs, bit-identical to snapmla_ext.reference:
+// Numerics (docs/numerics_contract.md sections 2-3), all in fp32 from the bf16 inputs, bit-identical to snapmla_ext.reference:
 //   amax = max_d |c_d|                 over the 512 content dims, NaN propagating (fmaxf would drop a NaN)
 //   s    = max(amax, AMAX_FLOOR) / 448  IEEE division (the build has no --use_fast_math): the stored scale
 //   inv  = 448 / max(amax, AMAX_FLOOR)  IEEE division, once per row

@@ -1,4 +1,4 @@
-// sm_90a FP8 SnapMLA decode kernel, wide tiles (SPEC sections 4-5; q_rows <= 16 with enough work per CTA runs
+// sm_90a FP8 SnapMLA decode kernel, wide tiles (docs/numerics_contract.md sections 4-5; q_rows <= 16 with enough work per CTA runs
 // the narrow kernel instead, narrow/kernel.cuh): attention of 64 folded query rows (row = s * h_q + h) over the
 // 64-token pages of one schedule row's pieces, with FP8 Q and K content, BF16 pre-scaled RoPE, per-token K scales
 // and per-(row, block) FP8 P scales folded into the online-softmax state.

@@ -35,7 +35,7 @@ struct Piece {
 
 // Per query row of a piece (both decode kernels): the logit multiplier q_scale * softmax_scale * log2 e (0 for a
 // row past q_rows, whose q_scale is not read), and how many of the request's seqlen tokens the row sees: causal
-// query token s = q_row / h_q sees 0 .. seqlen - s_q + s (SPEC section 5), every row sees all of them otherwise.
+// query token s = q_row / h_q sees 0 .. seqlen - s_q + s (docs/numerics_contract.md section 5), every row sees all of them otherwise.
 __device__ __forceinline__ float row_logit_multiplier(const DecodeParams& p, int req, int q_row, bool valid) {
   const float qs = valid ? p.q_scale[static_cast<int64_t>(req) * p.q_scale_batch_stride + q_row] : 0.f;  // (b, q_rows)
   return qs * (p.softmax_scale * LOG2E);

@@ -1,4 +1,4 @@
-// Online softmax of SnapMLA (SPEC section 4) on the QK accumulator fragment of one math thread: two rows
+// Online softmax of SnapMLA (docs/numerics_contract.md section 4) on the QK accumulator fragment of one math thread: two rows
 // (r0 = 16*warp + lane/4 and r0 + 8), 16 columns each (8i + 2(lane%4) + {0, 1}, i = 0..7), the other 48
 // columns of those rows sitting in the 3 sibling lanes of the quad (row reductions: 2 xor-shuffles).
 //

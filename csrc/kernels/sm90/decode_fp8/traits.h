@@ -14,7 +14,7 @@
 namespace snapmla::sm90::decode_fp8 {
 
 // What depends on the element type of the cached content (the K of QK and the V of PV). Only the FP8 cache of
-// SPEC section 2 is instantiated; a BF16-cache kernel adds a specialisation (2-byte content: 8 content tiles,
+// docs/numerics_contract.md section 2 is instantiated; a BF16-cache kernel adds a specialisation (2-byte content: 8 content tiles,
 // BF16 WGMMAs, no V transpose since 16-bit WGMMA reads V through an MN-major descriptor).
 template <typename KvElem>
 struct KvTraits;

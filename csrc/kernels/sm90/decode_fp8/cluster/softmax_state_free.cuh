@@ -4,12 +4,12 @@
 // of consecutive blocks, which sit in different CTAs (docs/cluster_kernel.md). Validated on the H200 inside the
 // wide kernel as wide_state_free_softmax.patch (git e74919c): far-above errors equal to main's to 4 digits.
 //
-// Same values as softmax.cuh's order (SPEC section 4) up to the rounding of one product:
+// Same values as softmax.cuh's order (docs/numerics_contract.md section 4) up to the rounding of one product:
 //   with mx = the block's row maximum, m_n = max(m_{n-1}, mx) and c = 2^(mx - m_n), the block's p'_j are
 //   c p''_j with p''_j = 2^(x2_j - mx) k_scale_j, so P8_j = e4m3(p''_j 448 / max(p_loc, P_FLOOR)) equals
 //   e4m3(p'_j inv_n) whenever c p_loc >= P_FLOOR (p_loc = max_j p''_j).
-//   A block with c p_loc < P_FLOOR keeps SPEC's inv_n = 448 / P_FLOOR while its P8 carries up to
-//   P_FLOOR / (c p_loc) more weight than SPEC's (which may be all zero). Since p_loc >= the smallest k scale >=
+//   A block with c p_loc < P_FLOOR keeps the contract's inv_n = 448 / P_FLOOR while its P8 carries up to
+//   P_FLOOR / (c p_loc) more weight than the contract's (which may be all zero). Since p_loc >= the smallest k scale >=
 //   AMAX_FLOOR / 448 ~ 2^-22.8, that starts ~37 binades below the running maximum, and the block then stands
 //   for at most 64 P_FLOOR / p'_max of the mass: O~ / L~ move by ~2^-31 relative at most. Where c flushes to 0
 //   (> 126 binades below) the block is still counted as seen and moves the state to the P_FLOOR domain (the

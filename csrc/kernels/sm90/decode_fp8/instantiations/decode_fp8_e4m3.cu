@@ -23,7 +23,7 @@ namespace {
 // warp-specialised wide kernel (ws/kernel.cuh) for q_rows > NARROW_MAX_Q_ROWS, the narrow one below; unset or
 // "auto" is the narrow kernel up to NARROW_MAX_Q_ROWS, the wide one up to WS_MIN_Q_ROWS - 1 and the ws kernel
 // from WS_MIN_Q_ROWS (launch.h says why).
-// Until the twelfth session auto took the wide kernel below 32 blocks per CTA (the narrow one was 0.8-0.95x of it
+// Earlier, auto took the wide kernel below 32 blocks per CTA (the narrow one was 0.8-0.95x of it
 // at b <= 16 with 8k tokens). With the narrow kernel's code cut from 6144 to 2496 instructions (one block body,
 // one merge copy, the producer loop rolled) it is the faster one at every measured size (H200, 97993be, forced,
 // same process, bench_decode_20261201T201711Z.json): b = 1 / 4 / 16 at 8k 1.08 / 1.10 / 1.04x, b16 at 8191

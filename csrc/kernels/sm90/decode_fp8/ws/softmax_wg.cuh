@@ -1,5 +1,5 @@
 // The softmax warpgroup of the warp-specialised wide decode kernel (ws/kernel.cuh): for every block of the CTA's
-// walk, in order, S = Q . K^T over 576 dims, the online softmax of SPEC section 4 (softmax.cuh) and P quantised to
+// walk, in order, S = Q . K^T over 576 dims, the online softmax of docs/numerics_contract.md section 4 (softmax.cuh) and P quantised to
 // e4m3, handed to the two PV warpgroups with the fold scales and the state after the block (exchange.cuh
 // publish_block, in the stage's RoPE tile; xchg_full). It alone holds the running state (m, inv, L~) of the tile's
 // 64 rows, so no state travels between warpgroups except through that hand-off.
@@ -122,7 +122,7 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
       issue_chain_a(acc_a, ss, (n + 1) % KV_STAGES);
       // Orders the softmax after chain A's issue in the PTX. ptxas still interleaves chain A's 8 QGMMAs into
       // the softmax's first part (one every ~50 instructions, SASS of 2026-12-03): they run under it all the
-      // same, only starting later (docs/decode_kernel.md, "Seventeenth session").
+      // same, only starting later (docs/decode_kernel.md,).
       wgmma_fence_operands(s);
       wgmma_fence_operands(ks);
       tm.mark(WS_TP_ISSUE_A);
