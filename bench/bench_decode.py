@@ -64,11 +64,11 @@ ANCHOR_CASES = [
 ]
 SMALL_BATCH_CASES = [Case(b, 1, h, 8192) for b in (1, 4, 16) for h in (16, 64, 128)]
 # One request with a long context: ~16 blocks per part at the default 132 parts (8k: ~1 block), so the kernels'
-# per-block speed counts there, not only their fixed costs (which kernel to pick at b = 1: docs/cluster_kernel.md).
+# per-block speed counts there, not only their fixed costs (which kernel to pick at b = 1: docs/design.md).
 LONG_SINGLE_CASES = [Case(1, 1, h, 131072) for h in (64, 128)]
 # One token short of a whole block: every request's last block runs the kernels' masked variants (the masked
 # softmax and V tail), code that the whole-block cases above never run and that a CTA fetches cold at each
-# request end (docs/decode_kernel.md). Side by side with the cases above they give its cost.
+# request end (docs/design.md). Side by side with the cases above they give its cost.
 PARTIAL_BLOCK_CASES = [Case(16, 1, h, 8191) for h in (16, 64, 128)] + [Case(64, 1, 16, 16383)]
 ALL_CASES = ANCHOR_CASES + SMALL_BATCH_CASES + PARTIAL_BLOCK_CASES + LONG_SINGLE_CASES
 QUICK_CASES = [Case(64, 1, 16, 32768, anchor_us=616), Case(64, 1, 128, 32768, anchor_us=1010),

@@ -3,7 +3,7 @@ while a benchmark round runs.
 
 Why: our rounds of a long wide-kernel case differ by up to 14 % when FlashMLA's rounds run between them, and the
 clock that harness.sm_clock_mhz measures *after* a round (a sleep kernel on an idle GPU) does not track it
-(docs/decode_kernel.md,). The reading tested here is that the chain-bound wide kernel
+(docs/design.md,). The reading tested here is that the chain-bound wide kernel
 follows an SM clock lowered by power or heat; that needs the clock *during* the round, and NVML's reasons.
 
 NVML is reached through ctypes on libnvidia-ml.so.1, which ships with the driver (the H200 machine has no pynvml).

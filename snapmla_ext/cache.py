@@ -9,6 +9,7 @@ on the CPU they run snapmla_ext.reference.
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -22,7 +23,11 @@ def _check_cache_tensor(data: torch.Tensor, name: str = "k_cache") -> None:
     if data.dtype != torch.uint8:
         raise ValueError(f"{name} must have dtype torch.uint8 (the SnapMLA byte map), got {data.dtype}")
     if data.dim() != 2 or data.shape[1] != L.PAGE_BYTES:
-        raise ValueError(f"{name} must have shape (num_blocks, {L.PAGE_BYTES}), got {tuple(data.shape)}")
+        raise ValueError(
+            f"{name} must have shape (num_blocks, {L.PAGE_BYTES}) or be a contiguous view with {L.PAGE_BYTES} bytes "
+            f"per page, such as (num_blocks, {L.PAGE_BLOCK_SIZE}, {L.TOKEN_BYTES}) or "
+            f"(num_blocks, {L.PAGE_BLOCK_SIZE}, 1, {L.TOKEN_BYTES}); got {tuple(data.shape)}"
+        )
     if not data.is_contiguous():
         raise ValueError(f"{name} must be contiguous, got strides {data.stride()}")
 
@@ -169,7 +174,22 @@ class SnapMLAKVCache:
 
 
 def as_cache_tensor(k_cache, name: str = "k_cache") -> torch.Tensor:
-    """Accept a SnapMLAKVCache or its raw uint8 tensor and return the tensor, checked."""
+    """Accept a SnapMLAKVCache or a uint8 tensor and return the (num_blocks, 41216) tensor, checked.
+
+    Engines allocate a layer's cache in their own shape: any contiguous uint8 tensor whose leading dimension is
+    the page count and whose trailing dimensions hold 41216 bytes per page is accepted, e.g. (num_blocks, 41216),
+    (num_blocks, 64, 644), (num_blocks, 64, 1, 644) (SGLang's view(-1, 64, 1, 644)) or (num_blocks, 1, 41216)
+    (vLLM's unsqueeze(-2)). The bytes inside a page follow the byte map, not per-token rows: write them with
+    append_kv, never by slicing a (.., 644) row.
+    """
     data = k_cache.data if isinstance(k_cache, SnapMLAKVCache) else k_cache
+    if (
+        isinstance(data, torch.Tensor)
+        and data.dtype == torch.uint8
+        and data.dim() > 2
+        and data.is_contiguous()
+        and math.prod(data.shape[1:]) == L.PAGE_BYTES
+    ):
+        data = data.view(data.shape[0], L.PAGE_BYTES)
     _check_cache_tensor(data, name)
     return data

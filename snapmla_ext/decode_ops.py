@@ -141,6 +141,11 @@ def _checked_q(q) -> Union[torch.Tensor, QuantizedQ]:
         return q
     if not isinstance(q, torch.Tensor):
         raise TypeError(f"q must be a torch.Tensor or a snapmla_ext.types.QuantizedQ, got {type(q).__name__}")
+    if q.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        raise ValueError(
+            f"q must have dtype torch.bfloat16 (or be a QuantizedQ), got {q.dtype}: a per-tensor FP8 q cannot be used "
+            "with the SnapMLA cache; pass the BF16 q, which is quantized per row inside the call"
+        )
     if q.dtype != torch.bfloat16:
         raise ValueError(f"q must have dtype torch.bfloat16 (or be a QuantizedQ), got {q.dtype}")
     if q.dim() != 4 or q.shape[-1] != L.D_QK:
@@ -188,6 +193,9 @@ def flash_mla_with_kvcache(
     extra_indices_in_kvcache: Optional[torch.Tensor] = None,
     topk_length: Optional[torch.Tensor] = None,
     extra_topk_length: Optional[torch.Tensor] = None,
+    descale_q: Optional[torch.Tensor] = None,
+    descale_k: Optional[torch.Tensor] = None,
+    out: Optional[torch.Tensor] = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """FP8 SnapMLA decode (FlashMLA's flash_mla_with_kvcache, dense mode).
 
@@ -195,12 +203,17 @@ def flash_mla_with_kvcache(
                    before the decode kernel);
                    or a snapmla_ext.types.QuantizedQ (content (b, s_q, h_q, 512) e4m3, rope (b, s_q, h_q, 64)
                    bf16, scale (b, s_q, h_q) fp32) quantized by the caller. h_q in 1..128, s_q >= 1.
-    k_cache:       a SnapMLAKVCache or its (num_blocks, 41216) uint8 tensor (byte map in csrc/kv_layout.h).
-                   FlashMLA-shaped bf16 caches or per-token-row uint8 views are not accepted: the SnapMLA page
-                   stores its content, RoPE and scale parts separately, not per-token rows.
-    block_table:   (b, max_pages) int32, last dim contiguous; entries past a request's pages are never read.
-    cache_seqlens: (b,) int32, each in [0, max_pages * 64] (not checked on the host, which would need a sync:
-                   the kernel clamps to the table's capacity; SNAPMLA_DEBUG_CHECKS=1 checks it, synchronously).
+    k_cache:       a SnapMLAKVCache or a contiguous uint8 tensor with 41216 bytes per page: (num_blocks, 41216),
+                   or an engine's view of it such as (num_blocks, 64, 644) or (num_blocks, 64, 1, 644) (byte map
+                   in csrc/kv_layout.h). The page stores its content, RoPE and scale parts separately, not
+                   per-token rows: write it with append_kv. FlashMLA-shaped bf16 caches are rejected.
+    block_table:   (b, max_pages) int32, last dim contiguous. Rows are read through their stride, as FlashMLA
+                   reads them: a request may use entries past the view's width (engines capture CUDA graphs
+                   with a narrow view of a wider buffer), up to the end of the table's storage. Entries past a
+                   request's pages are never read.
+    cache_seqlens: (b,) int32. Not checked on the host (that would need a sync): the kernel clamps request r
+                   to the pages between its row and the end of the table's storage; SNAPMLA_DEBUG_CHECKS=1
+                   checks lengths and page ids, synchronously.
     head_dim_v:    must be 512.
     tile_scheduler_metadata / num_splits: either a SnapMLASchedMeta from get_mla_metadata() (new style; then
                    num_splits must be None) or the two int32 tensors of the old-style get_mla_metadata(...).
@@ -209,11 +222,14 @@ def flash_mla_with_kvcache(
     is_fp8_kvcache: accepted for FlashMLA compatibility; the SnapMLA cache is always FP8.
     indices, attn_sink, extra_k_cache, extra_indices_in_kvcache, topk_length, extra_topk_length: sparse-mode
                    arguments of FlashMLA, not supported (NotImplementedError).
+    descale_q, descale_k: the per-tensor FP8 scales of vLLM's and sgl_kernel's wrappers; only None is accepted
+                   (the SnapMLA cache carries per-token scales and q is quantized per row inside the call).
+    out:           optional (b, s_q, h_q, 512) bfloat16 tensor that receives the output (it is also returned).
     Returns out (b, s_q, h_q, 512) bfloat16 and lse (b, h_q, s_q) float32 (natural log; a row that sees no token
     gets out = 0 and lse = +inf).
     Kernel: s_q * h_q <= 16 runs the narrow kernel, 17..63 the wide one, >= 64 the warp-specialised wide
     kernel (QK and softmax in one warpgroup, PV in two others; the same bits as the wide one)
-    (docs/decode_kernel.md); the environment variable SNAPMLA_DECODE_KERNEL=narrow|wide|ws|auto overrides the
+    (docs/design.md); the environment variable SNAPMLA_DECODE_KERNEL=narrow|wide|ws|auto overrides the
     choice (wide also for s_q * h_q <= 16; ws only above 16); =cluster runs the experimental 2-CTA cluster kernel
     for s_q * h_q > 16 (set it before get_mla_metadata: its default num_sm_parts is half the wide kernel's).
     """
@@ -231,6 +247,12 @@ def flash_mla_with_kvcache(
             f"flash_mla_with_kvcache: sparse attention is not supported by snapmla_ext (got {', '.join(given)}); "
             "only dense decode over the SnapMLA FP8 cache is implemented"
         )
+    for name, v in (("descale_q", descale_q), ("descale_k", descale_k)):
+        if v is not None:
+            raise ValueError(
+                f"{name} must be None, got a {type(v).__name__}: snapmla_ext quantizes q per row and the cache per "
+                "token itself; pass the BF16 q and no per-tensor FP8 scales"
+            )
     if head_dim_v != L.D_CONTENT:
         raise ValueError(f"head_dim_v must be {L.D_CONTENT}, got {head_dim_v}")
     for name, t in (("block_table", block_table), ("cache_seqlens", cache_seqlens)):
@@ -253,12 +275,22 @@ def flash_mla_with_kvcache(
                 f"{type(tile_scheduler_metadata).__name__} and {type(num_splits).__name__}"
             )
         meta, splits = tile_scheduler_metadata, num_splits
+    if out is not None:
+        expected = (*q_shape, L.D_CONTENT)
+        if not isinstance(out, torch.Tensor) or out.dtype != torch.bfloat16 or tuple(out.shape) != expected:
+            got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(f"out must be a torch.bfloat16 tensor of shape {expected}, got {got}")
     if isinstance(qq, QuantizedQ):
-        return load_ops().decode_fp8(
+        o, lse = load_ops().decode_fp8(
             qq.content, qq.rope, qq.scale, kv_cache, block_table, cache_seqlens, meta, splits, float(softmax_scale),
             bool(causal),
         )
-    # BF16 q: Fused-Q-Quant, decode and combine launched back to back by one op (csrc/api/decode_api.cpp).
-    return load_ops().decode_fp8_bf16q(
-        qq, kv_cache, block_table, cache_seqlens, meta, splits, float(softmax_scale), bool(causal)
-    )
+    else:
+        # BF16 q: Fused-Q-Quant, decode and combine launched back to back by one op (csrc/api/decode_api.cpp).
+        o, lse = load_ops().decode_fp8_bf16q(
+            qq, kv_cache, block_table, cache_seqlens, meta, splits, float(softmax_scale), bool(causal)
+        )
+    if out is None:
+        return o, lse
+    out.copy_(o)  # one extra copy of the output; the kernels allocate their own
+    return out, lse

@@ -414,3 +414,44 @@ def test_bf16q_entry_checks_q(requires_ext, q, message):
     with pytest.raises(RuntimeError, match=message):
         requires_ext.decode_fp8_bf16q(q, a["kv_cache"], a["block_table"], a["cache_seqlens"],
                                       a["tile_scheduler_metadata"], a["num_splits"], a["softmax_scale"], a["causal"])
+
+
+@pytest.mark.parametrize("name", ["descale_q", "descale_k"])
+def test_per_tensor_descale_rejected(name):
+    with pytest.raises(ValueError, match=f"{name} must be None, got a Tensor: snapmla_ext quantizes q per row"):
+        flash_mla_with_kvcache(**wrapper_args(**{name: torch.ones(1)}))
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_fp8_q_rejected_with_advice(dtype):
+    q = torch.zeros(B, S_Q, H_Q, 576).to(dtype)
+    with pytest.raises(ValueError, match=f"got {dtype}: a per-tensor FP8 q cannot be used .* pass the BF16 q"):
+        flash_mla_with_kvcache(**wrapper_args(q=q))
+
+
+@pytest.mark.parametrize(
+    "out, got",
+    [(torch.zeros(B, S_Q, H_Q, 512), "torch.float32"), (torch.zeros(B, S_Q, H_Q, 576, dtype=torch.bfloat16), "576")],
+)
+def test_out_checked(out, got):
+    with pytest.raises(ValueError, match=rf"out must be a torch.bfloat16 tensor of shape \(3, 2, 16, 512\), got .*{got}"):
+        flash_mla_with_kvcache(**wrapper_args(out=out))
+
+
+@pytest.mark.parametrize("shape", [(5, 41216), (5, 64, 644), (5, 64, 1, 644), (5, 1, 41216)])
+def test_engine_cache_views_accepted(shape):
+    from snapmla_ext.cache import as_cache_tensor
+
+    data = torch.zeros(shape, dtype=torch.uint8)
+    flat = as_cache_tensor(data)
+    assert flat.shape == (5, 41216) and flat.data_ptr() == data.data_ptr()
+
+
+@pytest.mark.parametrize(
+    "bad", [torch.zeros(5, 64, 645, dtype=torch.uint8), torch.zeros(5, 64, 2, 644, dtype=torch.uint8)[:, :, :1]]
+)
+def test_engine_cache_views_rejected(bad):
+    from snapmla_ext.cache import as_cache_tensor
+
+    with pytest.raises(ValueError, match=r"k_cache must have shape \(num_blocks, 41216\) or be a contiguous view"):
+        as_cache_tensor(bad)

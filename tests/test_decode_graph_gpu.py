@@ -112,3 +112,35 @@ def test_graph_replay_narrow_kernel(monkeypatch):
         eager_out, eager_lse = step(q, p.cache, p.block_table, seqlens)
         assert_bitwise_equal(out, eager_out, f"out (replay {i}, seqlens {new_lens})")
         assert_bitwise_equal(lse, eager_lse, f"lse (replay {i}, seqlens {new_lens})")
+
+
+@pytest.mark.parametrize(
+    "s_q,h_q,kernel", [(2, 64, "auto"), (2, 64, "wide"), (1, 16, "narrow"), (1, 32, "auto")],
+    ids=["ws", "wide", "narrow", "wide_32_rows"],
+)
+@pytest.mark.parametrize("num_sm_parts", [None, 300], ids=["default_parts", "forced_split"])
+def test_graph_captured_with_narrow_block_table_view(monkeypatch, s_q, h_q, kernel, num_sm_parts):
+    """SGLang captures the decode with a block-table view narrower than the lengths it later replays
+    (cuda_graph_kv_indices[:bs, :n]); rows are read through their stride, as FlashMLA reads them, so the replay
+    equals an eager call on the full table bit for bit."""
+    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", kernel)
+    b = 5
+
+    def step(q, cache, block_table, seqlens):
+        meta, splits = get_mla_metadata(seqlens, s_q * h_q, 1, num_sm_parts=num_sm_parts)
+        return flash_mla_with_kvcache(q, cache, block_table, seqlens, L.D_CONTENT, meta, splits, causal=True)
+
+    full = [4000, 3000, 2500, 1000, 4096]
+    p = make_paged_inputs(b, s_q, h_q, full, seed=66, device="cuda")
+    for width in (1, 3):
+        q = p.q.clone()
+        seqlens = torch.full_like(p.cache_seqlens, 64 * width)  # what fits the view at capture time
+        graph, (out, lse) = capture(step, q, p.cache, p.block_table[:, :width], seqlens)
+        for i, new_lens in enumerate([full, [17, 3000, 0, 65, 4096]]):
+            q.copy_(make_q(b, s_q, h_q, seed=67 + i, device="cuda"))
+            seqlens.copy_(torch.tensor(new_lens, dtype=torch.int32))
+            graph.replay()
+            torch.cuda.synchronize()
+            eager_out, eager_lse = step(q, p.cache, p.block_table, seqlens)
+            assert_bitwise_equal(out, eager_out, f"out (width {width}, replay {i}, seqlens {new_lens})")
+            assert_bitwise_equal(lse, eager_lse, f"lse (width {width}, replay {i}, seqlens {new_lens})")

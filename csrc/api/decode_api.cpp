@@ -5,8 +5,10 @@
 // device, so CPU tests can trigger every message except the device ones (a CPU tensor that passes everything
 // else is told it must be a CUDA tensor). Nothing here syncs with the device, so the call can be captured in a
 // CUDA graph. What the host cannot check without a sync: cache_seqlens within the block table's capacity
-// (max_pages * 64), the page ids inside each request's pages, and the values of the metadata. The decode kernel
-// clamps each seqlen to [0, max_pages * 64] and so never reads a block-table entry past its row, and reads page
+// (the pages a request's row can reach), the page ids inside each request's pages, and the values of the metadata.
+// Block-table rows are read through their stride, past the view's width if a length needs it (as FlashMLA
+// does; engines capture graphs with narrow views), and the kernel clamps request r's length to the entries
+// from row r to the end of the table's storage, so it never reads outside that allocation; it reads page
 // 0 for an id outside [0, num_blocks) (its pages are bulk copies, which have no bounds: tma_producer.cuh
 // page_bytes); SNAPMLA_DEBUG_CHECKS=1 adds synchronous checks of all three and pre-fills outputs and split
 // workspaces with NaN (not capturable; for debugging and tests).
@@ -15,6 +17,7 @@
 #include <torch/all.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -48,17 +51,20 @@ void check_rows_foldable(const at::Tensor& t, int64_t h_q, const char* name) {
 
 // SNAPMLA_DEBUG_CHECKS=1: synchronous value checks the fast path cannot afford.
 void debug_check_values(const at::Tensor& cache_seqlens, const at::Tensor& block_table, const at::Tensor& num_splits,
-                        int64_t max_pages, int64_t num_blocks, int64_t max_total_splits) {
+                        int64_t table_entries, int64_t num_blocks, int64_t max_total_splits) {
   const at::Tensor seqlens = cache_seqlens.cpu();
-  const at::Tensor table = block_table.cpu();
-  const auto ids = table.accessor<int, 2>();  // strided like block_table
+  // Everything the kernel may read: from the view's first entry to the end of its storage.
+  const at::Tensor table = block_table.as_strided({table_entries}, {1}).cpu();
+  const int* ids = table.data_ptr<int>();
+  const int64_t stride = block_table.stride(0);
   const int* s = seqlens.data_ptr<int>();
   for (int64_t r = 0; r < seqlens.size(0); ++r) {
-    TORCH_CHECK(s[r] >= 0 && s[r] <= max_pages * L::PAGE_BLOCK_SIZE, "cache_seqlens[", r, "] must be in [0, ",
-                max_pages * L::PAGE_BLOCK_SIZE, "] (block_table.shape[1] * 64), got ", s[r]);
+    const int64_t row_tokens = (table_entries - r * stride) * L::PAGE_BLOCK_SIZE;
+    TORCH_CHECK(s[r] >= 0 && s[r] <= row_tokens, "cache_seqlens[", r, "] must be in [0, ", row_tokens,
+                "] (the block_table entries from row ", r, " to the end of its storage, times 64), got ", s[r]);
     const int64_t pages = (s[r] + L::PAGE_BLOCK_SIZE - 1) / L::PAGE_BLOCK_SIZE;
     for (int64_t pg = 0; pg < pages; ++pg) {
-      const int id = ids[r][pg];
+      const int id = ids[r * stride + pg];
       TORCH_CHECK(id >= 0 && id < num_blocks, "block_table[", r, ", ", pg, "] = ", id,
                   " is not a page of the cache (num_blocks = ", num_blocks, "), but request ", r, " has cache_seqlens[",
                   r, "] = ", s[r]);
@@ -113,6 +119,9 @@ std::tuple<at::Tensor, at::Tensor> decode_impl(const at::Tensor& q_content, cons
   const int64_t max_pages = block_table.size(1);
   TORCH_CHECK(max_pages >= 1, "block_table.shape[1] (max_pages) must be >= 1, got ", max_pages);
   checks::check_fits_int32(max_pages * L::PAGE_BLOCK_SIZE, "block_table.shape[1] * 64 (token capacity)");
+  // int32 entries from the view's first one to the end of its storage: what a request's row may reach.
+  const int64_t block_table_entries =
+      static_cast<int64_t>(block_table.storage().nbytes() / sizeof(int32_t)) - block_table.storage_offset();
   checks::check_shape(cache_seqlens, {b}, "cache_seqlens");
   checks::check_dim(tile_scheduler_metadata, 2, "tile_scheduler_metadata");
   checks::check_size(tile_scheduler_metadata, 1, sched::SCHED_META_INTS, "tile_scheduler_metadata");
@@ -164,7 +173,7 @@ std::tuple<at::Tensor, at::Tensor> decode_impl(const at::Tensor& q_content, cons
   at::Tensor o_accum = at::empty({max_total_splits, q_rows, L::D_CONTENT}, f32);
   at::Tensor lse_accum = at::empty({max_total_splits, q_rows}, f32);
   if (checks::env_flag("SNAPMLA_DEBUG_CHECKS")) {
-    debug_check_values(cache_seqlens, block_table, num_splits, max_pages, num_blocks, max_total_splits);
+    debug_check_values(cache_seqlens, block_table, num_splits, block_table_entries, num_blocks, max_total_splits);
     const double nan = std::numeric_limits<double>::quiet_NaN();
     out.fill_(nan);
     lse.fill_(nan);
@@ -192,6 +201,9 @@ std::tuple<at::Tensor, at::Tensor> decode_impl(const at::Tensor& q_content, cons
       .kv_cache = kv_cache.data_ptr<uint8_t>(),
       .block_table = block_table.data_ptr<int>(),
       .block_table_batch_stride = block_table.stride(0),
+      // Capped so that entries * 64 fits an int in the kernel (schedule.cuh make_piece); a table past 33M entries
+      // only loses reach beyond that point.
+      .block_table_entries = static_cast<int>(std::min<int64_t>(block_table_entries, INT32_MAX / L::PAGE_BLOCK_SIZE)),
       .cache_seqlens = cache_seqlens.data_ptr<int>(),
       .out = reinterpret_cast<__nv_bfloat16*>(out.data_ptr()),
       .lse = lse.data_ptr<float>(),

@@ -17,7 +17,7 @@ struct DecodeParams {
   int h_q;                // query heads (h_k = 1)
   int q_rows;             // s_q * h_q
   int num_blocks;         // pages in the cache
-  int max_pages_per_req;  // block_table.size(1)
+  int max_pages_per_req;  // block_table.size(1) (the view's width; not a bound on what the kernel reads)
   float softmax_scale;    // natural-log scale of the logits
   bool causal;            // query token s sees cache tokens 0 .. seqlen - s_q + s
 
@@ -31,9 +31,14 @@ struct DecodeParams {
 
   // ---- paged cache (kv_layout.h) ----
   const uint8_t* kv_cache;   // (num_blocks, PAGE_BYTES) uint8
-  const int* block_table;    // (b, max_pages_per_req) int32; entries past a request's pages may be garbage
+  // (b, max_pages_per_req) int32 view, read as FlashMLA reads it: request r's page i at
+  // block_table[r * block_table_batch_stride + i], for any i its length needs, up to the end of the table's
+  // storage. Engines capture CUDA graphs with a view narrower than the lengths they replay (SGLang's
+  // cuda_graph_kv_indices[:bs, :n]); a bound at the view's width would silently drop their tokens.
+  const int* block_table;
   int64_t block_table_batch_stride;
-  const int* cache_seqlens;  // (b,) int32, each in [0, max_pages_per_req * 64]
+  int block_table_entries;  // int32 entries from block_table to the end of its storage, capped at INT_MAX / 64
+  const int* cache_seqlens;  // (b,) int32; request r is clamped to (block_table_entries - r * stride) * 64 tokens
 
   // ---- outputs ----
   __nv_bfloat16* out;  // (b, s_q, h_q, 512) bf16, contiguous

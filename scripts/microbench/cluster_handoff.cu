@@ -1,4 +1,4 @@
-// Two measurements that a 2-CTA cluster decode kernel rests on (docs/decode_kernel.md, Next steps a: each CTA of
+// Two measurements that a 2-CTA cluster decode kernel rests on (docs/design.md, Next steps a: each CTA of
 // a pair holds 256 of the 512 dims of O^T; the owner of a block sends P^T and the softmax state to its peer):
 //
 //   A. hand-off latency between the two CTAs of a cluster: a ping-pong in which one CTA's 128 threads store a

@@ -1,7 +1,7 @@
 // Issue rate and group latency of the WGMMA shapes the decode kernels use, on one SM at a time of the whole GPU
 // (132 CTAs, one per SM, 1 or 2 warpgroups issuing). Answers "how many cycles does one m64nNk32 FP8 WGMMA cost
 // when the operands come from shared memory (SS) or A from registers (RS)", which the per-block budgets of
-// docs/decode_kernel.md need: the tensor-core peak (4096 FP8 MACs per SM and cycle, 32 cycles per m64n64k32)
+// docs/design.md need: the tensor-core peak (4096 FP8 MACs per SM and cycle, 32 cycles per m64n64k32)
 // holds only if shared memory can feed the operands.
 //   build: nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -o /tmp/wgmma_rate scripts/microbench/wgmma_rate.cu
 //   run:   /tmp/wgmma_rate            (prints one line per shape, group size and warpgroup count)

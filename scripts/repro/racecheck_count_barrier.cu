@@ -1,5 +1,5 @@
 // Minimal reproduction for compute-sanitizer racecheck of the narrow decode kernel's piece-merge pattern
-// (docs/decode_kernel.md, narrow section): 384 threads = 2 "math" warpgroups + 1 "producer" warpgroup whose
+// (docs/design.md, narrow section): 384 threads = 2 "math" warpgroups + 1 "producer" warpgroup whose
 // warps exit at once. Per piece: each math warpgroup reduces through its own 128-thread named barrier (id 1 + wg),
 // lane 0..3 of its warp 0 publish a float4 per column into state[wg] through a generic pointer, every thread
 // publishes a float4 into xfer[wg][tid]; bar.sync 3, 256; every thread reads the peer's state and xfer; bar.sync

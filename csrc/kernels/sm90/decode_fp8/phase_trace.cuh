@@ -4,7 +4,7 @@
 // prints them with the per-own-block means after the kernel. The default build compiles the timer to nothing
 // (SASS unchanged, tests/test_sass.py).
 // Run: a variant with this flag in scripts/bench_variants.sh (each variant builds from scratch in its own copy),
-// which runs bench/bench_decode.py; the v8 trace of docs/decode_kernel.md is the model.
+// which runs bench/bench_decode.py; the v8 trace of docs/design.md is the model.
 #pragma once
 
 #include <cstdint>

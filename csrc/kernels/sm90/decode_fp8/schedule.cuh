@@ -77,8 +77,12 @@ __device__ __forceinline__ int piece_split(const DecodeParams& p, const SchedRow
 
 __device__ __forceinline__ Piece make_piece(const DecodeParams& p, const SchedRow& row, int req) {
   const int* meta = sched_meta_row(p);
-  const int capacity = p.max_pages_per_req * BLOCK_N;
-  const int seqlen = min(max(p.cache_seqlens[req], 0), capacity);
+  // Pages the table's storage holds for this request (params.h): reading further would leave the allocation.
+  // int32 and no clamp of its own (64-bit arithmetic here cost the ws kernel's 104-register softmax warpgroup a
+  // spill): the host caps block_table_entries at INT_MAX / 64, so the product cannot overflow, and the max() below
+  // turns a negative capacity (a row past the capped entries) into an empty request.
+  const int capacity = (p.block_table_entries - req * static_cast<int>(p.block_table_batch_stride)) * BLOCK_N;
+  const int seqlen = max(min(p.cache_seqlens[req], capacity), 0);
   const int n_blocks = (seqlen + BLOCK_N - 1) / BLOCK_N;
   int blk_end = req == row.end_req ? meta[sched::END_BLOCK] : n_blocks;
   blk_end = min(blk_end, n_blocks);

@@ -5,7 +5,7 @@
 // that kernel (C7510, "wgmma pipeline crossing function boundary"). The wide kernel's trace builds had a wait
 // after each WGMMA (68 WARPGROUP.DEPBAR against 25), so the QK's 20 WGMMAs and each PV m-tile's two ran one by one
 // and the phase traces of earlier measurements measured that, not the kernel (found in the
-// earlier measurements review; docs/decode_kernel.md). tests/test_trace_builds.py compiles
+// earlier measurements review; docs/design.md). tests/test_trace_builds.py compiles
 // the trace builds and checks there is no C7510.
 // Lines print in the formats the scripts parse (scripts/trace_cta.py, scripts/trace_blocks.py, the
 // `trace cta` lines, scripts/trace_cta.py); a line past TRACE_LINES is dropped and counted.

@@ -1,5 +1,5 @@
 // Compile-time configuration and shared-memory plan of the 2-CTA cluster decode kernel (cluster/kernel.cuh has
-// the design header, docs/cluster_kernel.md the reasoning).
+// the design header, docs/design.md the reasoning).
 #pragma once
 
 #include <cstdint>

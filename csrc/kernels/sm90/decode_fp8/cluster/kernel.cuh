@@ -1,5 +1,5 @@
 // sm_90a FP8 SnapMLA decode kernel on 2-CTA clusters (SNAPMLA_DECODE_KERNEL=cluster, q_rows > 16; design and
-// estimate: docs/cluster_kernel.md). One cluster runs a 64-row query tile over the pages of one schedule row,
+// estimate: docs/design.md). One cluster runs a 64-row query tile over the pages of one schedule row,
 // as one CTA of the wide kernel (kernel.cuh) does, with twice the SMs per tile stream: each CTA holds half of
 // O^T (256 of 512 dims), so each math warpgroup holds 128 dims (64 fp32 registers instead of 128) and the
 // softmax of a block runs in one of the 4 math warpgroups of the pair.

@@ -14,7 +14,7 @@
 // Measured (phase trace, b64 h_q 64 16k, H200, 2026-12-02; cycles per own block = 4 blocks of the walk, per
 // warpgroup): PV up to j - 3 705, page 200, QK 825, softmax 1235, P^T 190, PV up to j - 2 675, state wait 195,
 // state 575, PV up to j 1400, hand-off waits inside the PVs 1080: ~7100, i.e. ~1775 per block per pair, where the
-// wide kernel takes ~2860 per block and SM (docs/cluster_kernel.md, "Built and measured").
+// wide kernel takes ~2860 per block and SM (docs/design.md, "Built and measured").
 //
 // Registers per thread: O^T 2 x 32; QK 2 chains x 32 (not live across a PV); during a PV both m-tile
 // accumulators 2 x 32, A fragments 2 x 8, column scales 16; the softmax in the QK registers; 8 P words.

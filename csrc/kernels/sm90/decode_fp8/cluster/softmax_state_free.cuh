@@ -1,7 +1,7 @@
 // The softmax of the cluster decode kernel in the state-free order: everything per element (exponentials, their
 // sum and maximum, P8) is computed against the block's own row maximum, before the previous block's state is
 // known; only a few scalars per row follow the wait for it. This is what shortens the chain between the owners
-// of consecutive blocks, which sit in different CTAs (docs/cluster_kernel.md). Validated on the H200 inside the
+// of consecutive blocks, which sit in different CTAs (docs/design.md). Validated on the H200 inside the
 // wide kernel as wide_state_free_softmax.patch (git e74919c): far-above errors equal to main's to 4 digits.
 //
 // Same values as softmax.cuh's order (docs/numerics_contract.md section 4) up to the rounding of one product:

@@ -127,7 +127,7 @@ __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, const SchedR
       // One block body for every block, masked at run time
       // (for a whole block n_vis >= 64 and n_valid >= 64 keep every token). The whole-block and causal-only
       // variants were two more copies of the body (~12 KB each); a request's partial last block ran its own
-      // copy, fetched cold at every request end (docs/decode_kernel.md).
+      // copy, fetched cold at every request end (docs/design.md).
       own_block(ss, wg, warp, lane, stage, qbuf, pr.q_mul, n_vis, n_valid, cs, o, release_q);
       ct.first_block_mark(piece, j - first_own);
       bt.mark();

@@ -2,7 +2,7 @@
 // softmax of SnapMLA per query row (= per accumulator column), and P^T to shared memory for the PV WGMMA.
 //
 // Fragment of S^T (m64nN, N = ROWS = 16 query rows, wgmma.cuh; the pieces below keep N as a template
-// parameter, only N = 16 is instantiated: the dual kernel that ran N = 32 was dropped, docs/decode_kernel.md):
+// parameter, only N = 16 is instantiated: the dual kernel that ran N = 32 was dropped, docs/design.md):
 // thread (warp w, lane l, r = l / 4, t = l % 4)
 // holds tokens tau_0 = 16w + r and tau_1 = tau_0 + 8 (accumulator rows) of the query rows (columns)
 // c = 8i + 2t + e, i < N / 8, e in {0, 1}: s[4i + 2rr + e] = (token tau_rr, row 8i + 2t + e). Index ce = 2i + e
@@ -47,7 +47,7 @@ struct ColState {
 // 4 chains of 4: -0.05..-0.06 nats. 8 chains of 2 (8 registers each, 0 spills): -0.016..-0.019 nats (H200,
 // earlier measurements), 0.99-1.01x side by side at b = 1 / 4 / 16 / 64 / 128. The model
 // (scripts/qk_accumulation_model.py) says 1.48e-3 (from 1.74e-3) on the heavy-tailed layer, and 5.6e-4 with the
-// outlier-channel format of docs/decode_kernel.md (Open problems).
+// outlier-channel format of docs/design.md (Open problems).
 inline constexpr int QK_CHAINS = 8;
 template <int N>
 __device__ __forceinline__ void issue_qk_t(float (&s)[QK_CHAINS][N / 2], uint32_t kv_content, uint32_t kv_rope,

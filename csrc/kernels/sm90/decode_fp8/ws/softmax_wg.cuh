@@ -122,7 +122,7 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
       issue_chain_a(acc_a, ss, (n + 1) % KV_STAGES);
       // Orders the softmax after chain A's issue in the PTX. ptxas still interleaves chain A's 8 QGMMAs into
       // the softmax's first part (one every ~50 instructions, SASS of 2026-12-03): they run under it all the
-      // same, only starting later (docs/decode_kernel.md,).
+      // same, only starting later (docs/design.md,).
       wgmma_fence_operands(s);
       wgmma_fence_operands(ks);
       tm.mark(WS_TP_ISSUE_A);
