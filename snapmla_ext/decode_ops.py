@@ -86,6 +86,7 @@ class SnapMLASchedMeta:
         b: int
         s_q: int
         h_q: int
+        causal: bool
         num_sm_parts: int
         device: torch.device
 
@@ -156,22 +157,23 @@ def _checked_q(q) -> Union[torch.Tensor, QuantizedQ]:
 
 
 def _metadata_from_sched_meta(
-    sched_meta: SnapMLASchedMeta, q_shape: tuple[int, int, int], cache_seqlens: torch.Tensor
+    sched_meta: SnapMLASchedMeta, q_shape: tuple[int, int, int], cache_seqlens: torch.Tensor, causal: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
     b, s_q, h_q = q_shape
     if not sched_meta.have_initialized:
         num_sm_parts = sched_meta.num_sm_parts or default_num_sm_parts(s_q * h_q, 1, cache_seqlens.device)
         meta, splits = load_ops().get_mla_metadata(cache_seqlens, s_q * h_q, 1, num_sm_parts)
-        sched_meta.config = SnapMLASchedMeta.Config(b, s_q, h_q, num_sm_parts, cache_seqlens.device)
+        sched_meta.config = SnapMLASchedMeta.Config(b, s_q, h_q, causal, num_sm_parts, cache_seqlens.device)
         sched_meta.tile_scheduler_metadata, sched_meta.num_splits = meta, splits
         sched_meta.have_initialized = True
         return meta, splits
     cfg = sched_meta.config
-    if (b, s_q, h_q, cache_seqlens.device) != (cfg.b, cfg.s_q, cfg.h_q, cfg.device):
+    if (b, s_q, h_q, causal, cache_seqlens.device) != (cfg.b, cfg.s_q, cfg.h_q, cfg.causal, cfg.device):
         raise ValueError(
             "tile_scheduler_metadata: metadata reused with other shapes: it was filled for "
-            f"(b={cfg.b}, s_q={cfg.s_q}, h_q={cfg.h_q}, device={cfg.device}), this call has "
-            f"(b={b}, s_q={s_q}, h_q={h_q}, device={cache_seqlens.device}); call get_mla_metadata() again"
+            f"(b={cfg.b}, s_q={cfg.s_q}, h_q={cfg.h_q}, causal={cfg.causal}, device={cfg.device}), this call has "
+            f"(b={b}, s_q={s_q}, h_q={h_q}, causal={causal}, device={cache_seqlens.device}); "
+            "call get_mla_metadata() again"
         )
     return sched_meta.tile_scheduler_metadata, sched_meta.num_splits
 
@@ -266,7 +268,7 @@ def flash_mla_with_kvcache(
     if isinstance(tile_scheduler_metadata, SnapMLASchedMeta):
         if num_splits is not None:
             raise ValueError("num_splits must be None with a SnapMLASchedMeta (new-style get_mla_metadata())")
-        meta, splits = _metadata_from_sched_meta(tile_scheduler_metadata, q_shape, cache_seqlens)
+        meta, splits = _metadata_from_sched_meta(tile_scheduler_metadata, q_shape, cache_seqlens, bool(causal))
     else:
         if not isinstance(tile_scheduler_metadata, torch.Tensor) or not isinstance(num_splits, torch.Tensor):
             raise TypeError(
