@@ -47,6 +47,20 @@ def capture(step, *args):
     return graph, outputs
 
 
+def assert_replays_equal_eager(graph, outputs, step, eager_args, q, seqlens, replays, make_query, label=""):
+    """Replay the captured graph with each new query and lengths written into q / seqlens, against an eager
+    step(*eager_args) on the same inputs, bit for bit."""
+    out, lse = outputs
+    for i, new_lens in enumerate(replays):
+        q.copy_(make_query(i))
+        seqlens.copy_(torch.tensor(new_lens, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        eager_out, eager_lse = step(*eager_args)
+        assert_bitwise_equal(out, eager_out, f"out ({label}replay {i}, seqlens {new_lens})")
+        assert_bitwise_equal(lse, eager_lse, f"lse ({label}replay {i}, seqlens {new_lens})")
+
+
 @pytest.mark.parametrize("step", [step_old_style, step_new_style], ids=["old_style", "new_style"])
 @pytest.mark.parametrize("num_sm_parts", [None, 300], ids=["default_parts", "forced_split"])
 def test_graph_replay_with_new_seqlens(step, num_sm_parts):
@@ -103,15 +117,9 @@ def test_graph_replay_narrow_kernel(monkeypatch):
     full = [3000, 65, 4096, 1, 700]
     p = make_paged_inputs(b, s_q, h_q, full, seed=63, device="cuda")
     q, seqlens = p.q.clone(), p.cache_seqlens.clone()
-    graph, (out, lse) = capture(step, q, p.cache, p.block_table, seqlens)
-    for i, new_lens in enumerate([[0, 64, 4096, 1, 3], full]):
-        q.copy_(make_q(b, s_q, h_q, seed=64 + i, device="cuda"))
-        seqlens.copy_(torch.tensor(new_lens, dtype=torch.int32))
-        graph.replay()
-        torch.cuda.synchronize()
-        eager_out, eager_lse = step(q, p.cache, p.block_table, seqlens)
-        assert_bitwise_equal(out, eager_out, f"out (replay {i}, seqlens {new_lens})")
-        assert_bitwise_equal(lse, eager_lse, f"lse (replay {i}, seqlens {new_lens})")
+    graph, outputs = capture(step, q, p.cache, p.block_table, seqlens)
+    assert_replays_equal_eager(graph, outputs, step, (q, p.cache, p.block_table, seqlens), q, seqlens,
+                               [[0, 64, 4096, 1, 3], full], lambda i: make_q(b, s_q, h_q, seed=64 + i, device="cuda"))
 
 
 @pytest.mark.parametrize(
@@ -135,12 +143,8 @@ def test_graph_captured_with_narrow_block_table_view(monkeypatch, s_q, h_q, kern
     for width in (1, 3):
         q = p.q.clone()
         seqlens = torch.full_like(p.cache_seqlens, 64 * width)  # what fits the view at capture time
-        graph, (out, lse) = capture(step, q, p.cache, p.block_table[:, :width], seqlens)
-        for i, new_lens in enumerate([full, [17, 3000, 0, 65, 4096]]):
-            q.copy_(make_q(b, s_q, h_q, seed=67 + i, device="cuda"))
-            seqlens.copy_(torch.tensor(new_lens, dtype=torch.int32))
-            graph.replay()
-            torch.cuda.synchronize()
-            eager_out, eager_lse = step(q, p.cache, p.block_table, seqlens)
-            assert_bitwise_equal(out, eager_out, f"out (width {width}, replay {i}, seqlens {new_lens})")
-            assert_bitwise_equal(lse, eager_lse, f"lse (width {width}, replay {i}, seqlens {new_lens})")
+        graph, outputs = capture(step, q, p.cache, p.block_table[:, :width], seqlens)
+        # Eager on the full table: the captured narrow view must reach the same pages through its row stride.
+        assert_replays_equal_eager(graph, outputs, step, (q, p.cache, p.block_table, seqlens), q, seqlens,
+                                   [full, [17, 3000, 0, 65, 4096]],
+                                   lambda i: make_q(b, s_q, h_q, seed=67 + i, device="cuda"), f"width {width}, ")
