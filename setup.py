@@ -28,6 +28,7 @@ SOURCE_GROUPS = {
         "csrc/api/sched_api.cpp",
         "csrc/kernels/sched/*.cu",
         "csrc/kernels/combine/*.cu",
+        "csrc/kernels/sm90/decode_fp8/*.cu",
         "csrc/kernels/sm90/decode_fp8/instantiations/*.cu",
     ],
 }
@@ -149,7 +150,7 @@ def extensions():
     return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
 
 
-if __name__ == "snapmla_flags":  # scripts/compile_one.sh reads the include dirs only
+if __name__ == "snapmla_flags":  # tools/device/compile_one.sh reads the include dirs only
     ext_modules, cmdclass = [], {}
 else:
     ext_modules, cmdclass = extensions()

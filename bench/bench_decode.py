@@ -31,7 +31,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from snapmla_ext import layout as L  # noqa: E402
-from snapmla_ext.decode_ops import NARROW_MAX_Q_ROWS  # noqa: E402
+from snapmla_ext.decode_ops import decode_kernel, forced_decode_kernel  # noqa: E402
 
 FP8_TFLOPS, BF16_TFLOPS = 1258.0, 679.0  # docs/anchors.md, measured matmul ceilings of the project's H200
 
@@ -126,7 +126,7 @@ def time_flash_mla(fm, case, q, block_table, seqlens, num_blocks, H, NV) -> tupl
 
 
 def time_with_env(fn, H, name: str, value: str) -> float:
-    """fn timed with os.environ[name] = value (the launcher reads SNAPMLA_* per call), restored after."""
+    """fn timed with os.environ[name] = value (the launcher reads SNAPMLA_PDL per call), restored after."""
     old = os.environ.get(name)
     os.environ[name] = value
     try:
@@ -197,12 +197,13 @@ def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_ro
             del k_cache
             torch.cuda.empty_cache()
     us = min(ours_rounds)
-    # q_rows <= 16: the call above let the launcher choose (launch.h use_narrow); both kernels are also timed
-    # forced (SNAPMLA_DECODE_KERNEL), on the same inputs in the same run, for the side-by-side ratio.
+    # The call above let the launcher choose (kernel_choice.h); where the narrow kernel runs, it and the wide one
+    # are also timed forced, on the same inputs in the same run, for the side-by-side ratio.
     forced = {}
-    if case.s_q * case.h_q <= NARROW_MAX_Q_ROWS:
+    if decode_kernel(case.s_q * case.h_q) == "narrow":
         for kernel in ("narrow", "wide"):
-            forced[kernel] = time_with_env(fn, H, "SNAPMLA_DECODE_KERNEL", kernel)
+            with forced_decode_kernel(kernel):
+                forced[kernel] = H.time_cold(fn)
     # --pdl-ab: the same call with plain launches (SNAPMLA_PDL=0) and with PDL (SNAPMLA_PDL=1; common/pdl.h),
     # neighbouring timings of one process.
     plain_us = pdl_us = None
@@ -324,7 +325,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None, help="also write the JSON (and PNG) into this directory")
     ap.add_argument("--quick", action="store_true", default=os.environ.get("SNAPMLA_BENCH_QUICK") == "1",
-                    help="four representative shapes only (also SNAPMLA_BENCH_QUICK=1, for scripts/gpu_check.sh)")
+                    help="four representative shapes only (also SNAPMLA_BENCH_QUICK=1, for tools/device/gpu_check.sh)")
     ap.add_argument("--plot", default=None, metavar="JSON", help="only draw the PNG of an earlier run's JSON")
     ap.add_argument("--cases", default=None, metavar="SUBSTR",
                     help="only the cases whose name contains SUBSTR, or any of a comma-separated list "

@@ -140,7 +140,7 @@ def environment() -> dict:
     props = torch.cuda.get_device_properties(0)
     return {
         # SNAPMLA_GIT_REV wins: the device machine gets this working tree copied onto an older clone, so its
-        # own HEAD names the wrong commit (scripts/gpu_check.sh callers set it to the local HEAD).
+        # own HEAD names the wrong commit (tools/device/gpu_check.sh callers set it to the local HEAD).
         "git_revision": os.environ.get("SNAPMLA_GIT_REV") or _run(["git", "rev-parse", "--verify", "-q", "HEAD"])
         or "unknown",
         "git_dirty": None if os.environ.get("SNAPMLA_GIT_REV")

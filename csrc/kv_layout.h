@@ -13,7 +13,7 @@
 // 64 bf16 (pre-scaled by 1/s), and within each 128-B row the 16-B chunk j sits at chunk j ^ (t % 8), the
 // Swizzle-128B pattern of TMA and WGMMA for a 1024-B aligned tile. A page is then read by three 1-D bulk copies
 // (content, RoPE, scales) instead of six tensor-map tile loads: 4.51 against 4.18-4.25 TB/s of random pages on the
-// H200 (scripts/microbench/page_stream.cu), 1.06x for the whole decode call at b64 h_q 16 128k
+// H200 (tools/microbench/page_stream.cu), 1.06x for the whole decode call at b64 h_q 16 128k
 // (docs/kv_cache_format.md). Every 16-B aligned run of 16 bytes of a token's content or RoPE stays contiguous.
 //
 // Everything below is derived from PAGE_BLOCK_SIZE, D_CONTENT, D_ROPE, the part order and the swizzle; the

@@ -1,4 +1,4 @@
-# Sourced by scripts/setup_env.sh and scripts/gpu_check.sh: pick the host C++ compiler for the extension.
+# Sourced by scripts/setup_env.sh and tools/device/gpu_check.sh: pick the host C++ compiler for the extension.
 # The H200 image's default compiler (/opt/gcc/bin/g++, a wrapper around g++ 13.3) builds extensions whose C++
 # exceptions crash the process: every failed TORCH_CHECK segfaulted instead of raising (2026-11-29, probed
 # on the H200 image). /usr/bin/g++ (the same g++ 13.3) works; prefer it there. That image also

@@ -6,8 +6,7 @@ flash_mla_with_kvcache` replaces `from flash_mla import ...`; `k_cache` is the S
 Split-KV: the scheduler (torch.ops.snapmla.get_mla_metadata, one device kernel, no host sync) cuts the KV work
 of the batch into `num_sm_parts` balanced runs of 64-token blocks; the decode kernel runs one CTA column per
 part and a combine kernel merges requests split across parts. Default num_sm_parts =
-max(sm_count // ceil(s_q * h_q / 64) // num_heads_k, 1), as FlashMLA (halved for the opt-in cluster kernel,
-SNAPMLA_DECODE_KERNEL=cluster, which runs each part on a pair of SMs). Forcing more parts (for tests, or to
+max(sm_count // ceil(s_q * h_q / 64) // num_heads_k, 1), as FlashMLA. Forcing more parts (for tests, or to
 study the split path): pass `num_sm_parts=` to get_mla_metadata, or set SNAPMLA_FORCE_SPLIT=<num_sm_parts>.
 
 Everything here is CUDA-graph capturable (metadata, Q quantization, decode and combine are device work only).
@@ -15,6 +14,7 @@ Everything here is CUDA-graph capturable (metadata, Q quantization, decode and c
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -28,10 +28,7 @@ from snapmla_ext.cache import SnapMLAKVCache, as_cache_tensor
 from snapmla_ext.types import QuantizedQ
 
 BLOCK_M = 64  # query rows (s * h_q + h) per decode CTA; csrc/kernels/sm90/decode_fp8/launch.h
-# q_rows up to which the narrow kernel runs (launch.h NARROW_MAX_Q_ROWS; SNAPMLA_DECODE_KERNEL=wide overrides)
-NARROW_MAX_Q_ROWS = 16
 SCHED_META_INTS = 8  # int32 per tile_scheduler_metadata row; csrc/kernels/sched/sched_meta.h
-CLUSTER_CTAS = 2  # CTAs per part of the cluster decode kernel; csrc/kernels/sm90/decode_fp8/cluster/config.h
 CPU_PLAN_SM_COUNT = 132  # SMs assumed when planning for CPU seqlens (H100 SXM / H200): the CPU plan mirrors a GPU's
 
 
@@ -44,8 +41,7 @@ def _sm_count(device: torch.device) -> int:
 
 def default_num_sm_parts(num_q_tokens_per_head_k: int, num_heads_k: int = 1, device="cuda") -> int:
     """FlashMLA's default: one CTA per SM across the M tiles, i.e. max(sm_count // num_m_tiles // h_k, 1), with
-    num_m_tiles = ceil(s_q * h_q / 64), halved when SNAPMLA_DECODE_KERNEL=cluster runs s_q * h_q > 16 (a pair of
-    SMs per part). SNAPMLA_FORCE_SPLIT=<n> overrides it (n >= 1)."""
+    num_m_tiles = ceil(s_q * h_q / 64). SNAPMLA_FORCE_SPLIT=<n> overrides it (n >= 1)."""
     forced = os.environ.get("SNAPMLA_FORCE_SPLIT")
     if forced:
         try:
@@ -59,16 +55,25 @@ def default_num_sm_parts(num_q_tokens_per_head_k: int, num_heads_k: int = 1, dev
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     num_m_tiles = -(-int(num_q_tokens_per_head_k) // BLOCK_M)
-    # The cluster kernel (SNAPMLA_DECODE_KERNEL=cluster, q_rows > 16) runs each part on a pair of SMs.
-    per_part = CLUSTER_CTAS if _cluster_kernel_chosen(int(num_q_tokens_per_head_k)) else 1
-    return max(_sm_count(device) // max(num_m_tiles, 1) // max(int(num_heads_k), 1) // per_part, 1)
+    return max(_sm_count(device) // max(num_m_tiles, 1) // max(int(num_heads_k), 1), 1)
 
 
-def _cluster_kernel_chosen(q_rows: int) -> bool:
-    """Mirrors instantiations/decode_fp8_e4m3.cu choose_kernel for the one case that changes the parts (the
-    launcher reads the same variable per call). Metadata computed before the variable was set still works on
-    the cluster kernel, at twice the clusters the GPU holds at once (two waves)."""
-    return q_rows > NARROW_MAX_Q_ROWS and os.environ.get("SNAPMLA_DECODE_KERNEL") == "cluster"
+def decode_kernel(q_rows: int) -> str:
+    """The decode kernel ("narrow", "wide" or "ws") that a call with q_rows = s_q * h_q query rows runs now: the
+    extension's choice (csrc/kernels/sm90/decode_fp8/kernel_choice.h) under the current override."""
+    return load_ops().decode_kernel(int(q_rows))
+
+
+@contextlib.contextmanager
+def forced_decode_kernel(choice: str):
+    """Within the block, calls run `choice` ("auto", "narrow", "wide" or "ws") where it can run the rows (narrow
+    up to 16 query rows, ws above 16, wide always; else the nearest that can). Process-wide, for tests and
+    benchmarks; the environment variable SNAPMLA_DECODE_KERNEL sets the same override once, at the first call."""
+    previous = load_ops().set_decode_kernel(str(choice))
+    try:
+        yield
+    finally:
+        load_ops().set_decode_kernel(previous)
 
 
 @dataclasses.dataclass
@@ -231,9 +236,8 @@ def flash_mla_with_kvcache(
     gets out = 0 and lse = +inf).
     Kernel: s_q * h_q <= 16 runs the narrow kernel, 17..63 the wide one, >= 64 the warp-specialised wide
     kernel (QK and softmax in one warpgroup, PV in two others; the same bits as the wide one)
-    (docs/design.md); the environment variable SNAPMLA_DECODE_KERNEL=narrow|wide|ws|auto overrides the
-    choice (wide also for s_q * h_q <= 16; ws only above 16); =cluster runs the experimental 2-CTA cluster kernel
-    for s_q * h_q > 16 (set it before get_mla_metadata: its default num_sm_parts is half the wide kernel's).
+    (docs/design.md); SNAPMLA_DECODE_KERNEL=narrow|wide|ws|auto (read once, at the first call) or
+    forced_decode_kernel() overrides the choice (wide also for s_q * h_q <= 16; ws only above 16).
     """
     unsupported = {
         "indices": indices,

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from snapmla_ext._ext import extension_available
+from snapmla_ext._ext import extension_available, load_extension
 
 
 def _gpu_skip_reason():
@@ -33,3 +33,11 @@ def requires_ext():
     if not extension_available():
         pytest.skip("snapmla_ext._C (compiled extension) is not importable")
     return torch.ops.snapmla
+
+
+@pytest.fixture(autouse=True)
+def reset_decode_kernel():
+    """A test that forces a decode kernel (utils.kernel_choice.force_kernel) leaves the choice to auto again."""
+    yield
+    if load_extension.cache_info().currsize:  # only when a test loaded the extension
+        torch.ops.snapmla.set_decode_kernel("auto")

@@ -20,6 +20,7 @@ from snapmla_ext.decode_ops import flash_mla_with_kvcache, get_mla_metadata
 from snapmla_ext.reference import attention_fp64, attention_fp64_dequant, decode_dense, e4m3
 from utils.compare import assert_bitwise_equal, assert_close_report, assert_same_nonfinite, rel_l2
 from utils.data import make_paged_inputs
+from utils.kernel_choice import force_kernel
 
 pytestmark = pytest.mark.gpu
 
@@ -33,7 +34,7 @@ def poison_outputs(monkeypatch):
     monkeypatch.setenv("SNAPMLA_DEBUG_CHECKS", "1")
     # Every case with q_rows <= 16 on the narrow kernel, forced (the automatic choice too since earlier measurements; before, it sent small ones to the wide kernel). tests/test_decode_kernel_gpu.py runs the wide
     # kernel on q_rows <= 16 against the narrow one.
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "narrow")
+    force_kernel("narrow")
     monkeypatch.delenv("SNAPMLA_FORCE_SPLIT", raising=False)
 
 
@@ -225,8 +226,8 @@ def test_out_of_range_page_ids_read_page_zero(monkeypatch):
     inside a request's pages reads page 0 (the pages are bulk copies, which have no bounds; tma_producer.cuh
     page_bytes), never memory past the cache. The same call with those ids set to 0 gives the same bits."""
     monkeypatch.delenv("SNAPMLA_DEBUG_CHECKS")
-    for kernel, h_q in (("narrow", 16), ("wide", 64), ("cluster", 64), ("ws", 64)):
-        monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", kernel)
+    for kernel, h_q in (("narrow", 16), ("wide", 64), ("ws", 64)):
+        force_kernel(kernel)
         p = inputs(3, 1, h_q, [200, 64, 130], False, 52)
         p.cache.data[0] = p.cache.data[p.block_table[1, 0]]  # page 0 := a full page of request 1 (no NaN)
         bad, zero = p.block_table.clone(), p.block_table.clone()

@@ -12,6 +12,7 @@ from snapmla_ext import layout as L
 from snapmla_ext.decode_ops import flash_mla_with_kvcache, get_mla_metadata
 from utils.compare import assert_bitwise_equal
 from utils.data import make_paged_inputs, make_q
+from utils.kernel_choice import force_kernel
 
 pytestmark = pytest.mark.gpu
 
@@ -90,24 +91,16 @@ def test_torch_compile_matches_eager():
 
 
 @pytest.mark.parametrize("num_sm_parts", [None, 300], ids=["default_parts", "forced_split"])
-def test_graph_replay_cluster_kernel(monkeypatch, num_sm_parts):
-    """The 2-CTA cluster kernel (SNAPMLA_DECODE_KERNEL=cluster; its launch has the cluster and the PDL attribute)
-    captured and replayed with new seqlens, against eager calls."""
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "cluster")
-    test_graph_replay_with_new_seqlens(step_old_style, num_sm_parts)
-
-
-@pytest.mark.parametrize("num_sm_parts", [None, 300], ids=["default_parts", "forced_split"])
 def test_graph_replay_ws_kernel(monkeypatch, num_sm_parts):
     """The warp-specialised wide kernel (SNAPMLA_DECODE_KERNEL=ws) captured and replayed with new seqlens."""
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "ws")
+    force_kernel("ws")
     test_graph_replay_with_new_seqlens(step_old_style, num_sm_parts)
 
 
 def test_graph_replay_narrow_kernel(monkeypatch):
     """The narrow kernel (q_rows <= 16, forced, whatever the automatic choice) captured and replayed with new
     seqlens, forced split."""
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "narrow")
+    force_kernel("narrow")
     b, s_q, h_q = 5, 1, 16
 
     def step(q, cache, block_table, seqlens):
@@ -131,7 +124,7 @@ def test_graph_captured_with_narrow_block_table_view(monkeypatch, s_q, h_q, kern
     """SGLang captures the decode with a block-table view narrower than the lengths it later replays
     (cuda_graph_kv_indices[:bs, :n]); rows are read through their stride, as FlashMLA reads them, so the replay
     equals an eager call on the full table bit for bit."""
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", kernel)
+    force_kernel(kernel)
     b = 5
 
     def step(q, cache, block_table, seqlens):

@@ -12,9 +12,10 @@ import torch
 
 from snapmla_ext import layout as L
 from snapmla_ext import ops, reference
-from snapmla_ext.decode_ops import NARROW_MAX_Q_ROWS, flash_mla_with_kvcache, get_mla_metadata
+from snapmla_ext.decode_ops import decode_kernel, flash_mla_with_kvcache, get_mla_metadata
 from utils.compare import assert_same_decode_bits, cos_diff, max_abs, rel_l2
 from utils.data import make_paged_inputs
+from utils.kernel_choice import force_kernel
 
 pytestmark = pytest.mark.gpu
 
@@ -31,8 +32,7 @@ CASES = [
     ("many_pieces_per_cta_h16", 40, 1, 16, [130] * 40, False, 4),
     # 1024 blocks in one piece: PV accumulated inside the FP8 tensor core alone drifted to rel L2 2.6e-2 here.
     ("long_unsplit_piece_h16", 1, 1, 16, [65536], False, 1),
-    # The same at h_q 64 (the wide and the cluster kernel): 1024 blocks in one piece, ~170 trips round the
-    # cluster kernel's 6-stage ring and its chain between the CTAs.
+    # The same at h_q 64 (the ws kernel): 1024 blocks in one piece, 256 trips round the 4-stage ring.
     ("long_unsplit_piece_h64", 1, 1, 64, [65536], False, 1),
     # The narrow kernel (q_rows <= 16: h_q = 16 above and these): fewer rows than the 16 of its tile, odd h_q,
     # causal s_q = 2, partial and single-token last blocks, an empty request, forced splits.
@@ -65,8 +65,8 @@ def _run(p, s_q, h_q, causal, parts):
 
 @pytest.mark.parametrize("name,b,s_q,h_q,seqlens,causal,parts", CASES, ids=[c[0] for c in CASES])
 def test_kernel_matches_emulation(monkeypatch, name, b, s_q, h_q, seqlens, causal, parts):
-    if s_q * h_q <= NARROW_MAX_Q_ROWS:
-        monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "narrow")  # these sizes would go to the wide kernel
+    if s_q * h_q <= 16:
+        force_kernel("narrow")  # as auto does: the test must not depend on the threshold
     p = make_paged_inputs(b, s_q, h_q, seqlens, seed=sum(map(ord, name)), device="cuda")
     out, lse = _run(p, s_q, h_q, causal, parts)
     ref_out, ref_lse = reference.decode(p.q, p.cache, p.block_table, p.cache_seqlens, causal=causal)
@@ -88,9 +88,9 @@ def test_narrow_and_wide_kernels_agree(monkeypatch, s_q, h_q, causal):
     more closely than either does with the float64 attention."""
     seqlens = [5000, 0, 1, 4097, 2000]
     p = make_paged_inputs(len(seqlens), s_q, h_q, seqlens, seed=77 + h_q, device="cuda")
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "narrow")
+    force_kernel("narrow")
     narrow = _run(p, s_q, h_q, causal, None)
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "wide")
+    force_kernel("wide")
     wide = _run(p, s_q, h_q, causal, None)
     o_err, lse_err = rel_l2(narrow[0].float(), wide[0].float()), max_abs(narrow[1], wide[1])
     print(f"\nnarrow vs wide: o rel_l2 {o_err:.3e} | lse max_abs {lse_err:.3e}")
@@ -98,50 +98,15 @@ def test_narrow_and_wide_kernels_agree(monkeypatch, s_q, h_q, causal):
     assert o_err <= 1e-3 and lse_err <= 1e-4
 
 
-# The 2-CTA cluster kernel (SNAPMLA_DECODE_KERNEL=cluster, q_rows > 16; cluster/kernel.cuh) on the wide
-# kernel's cases: the same tolerances against the emulation. Its default num_sm_parts is half the wide kernel's
-# (decode_ops.py), so the unforced cases also run other splits.
-CLUSTER_CASES = [c for c in CASES if c[2] * c[3] > NARROW_MAX_Q_ROWS]
-
-
-@pytest.mark.parametrize("name,b,s_q,h_q,seqlens,causal,parts", CLUSTER_CASES, ids=[c[0] for c in CLUSTER_CASES])
-def test_cluster_kernel_matches_emulation(monkeypatch, name, b, s_q, h_q, seqlens, causal, parts):
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "cluster")
-    test_kernel_matches_emulation(monkeypatch, name, b, s_q, h_q, seqlens, causal, parts)
-
-
-@pytest.mark.parametrize("s_q,h_q,causal", [(1, 64, False), (2, 64, True), (1, 128, False), (3, 32, True)])
-def test_cluster_and_wide_kernels_agree(monkeypatch, s_q, h_q, causal):
-    """The cluster kernel computes P8 from each block's own maximum (cluster/softmax_state_free.cuh) and splits
-    O^T over 4 warpgroups in 2 CTAs; the wide kernel from the running maximum, 2 warpgroups. The P8 bytes agree up
-    to the rounding of one product, the rest is fp32 summation order, so they agree far more closely than
-    either does with the float64 attention. Forced splits (30 parts) in both, and the default ones. The bounds
-    are the narrow-vs-wide test's (1e-3 / 1e-4); the measured values are printed (not recorded yet: the
-    earlier measurements run kept only the pass)."""
-    seqlens = [5000, 0, 1, 4097, 2000, 64]
-    p = make_paged_inputs(len(seqlens), s_q, h_q, seqlens, seed=91 + h_q + s_q, device="cuda")
-    for parts in (None, 30):
-        monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "wide")
-        wide = _run(p, s_q, h_q, causal, parts)
-        monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "cluster")
-        clus = _run(p, s_q, h_q, causal, parts)
-        o_err, lse_err = rel_l2(clus[0].float(), wide[0].float()), max_abs(clus[1], wide[1])
-        print(f"\ncluster vs wide, parts {parts}: o rel_l2 {o_err:.3e} | lse max_abs {lse_err:.3e}")
-        assert torch.equal(torch.isinf(clus[1]), torch.isinf(wide[1]))
-        assert o_err <= 1e-3 and lse_err <= 1e-4
-
-
-def test_cluster_kernel_is_deterministic(monkeypatch):
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "cluster")
-    p = make_paged_inputs(3, 2, 64, [5000, 64, 777], seed=8, device="cuda")
-    assert_same_decode_bits(_run(p, 2, 64, True, 30), _run(p, 2, 64, True, 30))
+# Cases with more than 16 query rows (the wide and ws kernels).
+WIDE_CASES = [c for c in CASES if c[2] * c[3] > 16]
 
 
 # The warp-specialised wide kernel (SNAPMLA_DECODE_KERNEL=ws, q_rows > 16; ws/kernel.cuh) on the wide kernel's
 # cases against the emulation.
-@pytest.mark.parametrize("name,b,s_q,h_q,seqlens,causal,parts", CLUSTER_CASES, ids=[c[0] for c in CLUSTER_CASES])
+@pytest.mark.parametrize("name,b,s_q,h_q,seqlens,causal,parts", WIDE_CASES, ids=[c[0] for c in WIDE_CASES])
 def test_ws_kernel_matches_emulation(monkeypatch, name, b, s_q, h_q, seqlens, causal, parts):
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "ws")
+    force_kernel("ws")
     test_kernel_matches_emulation(monkeypatch, name, b, s_q, h_q, seqlens, causal, parts)
 
 
@@ -166,31 +131,34 @@ def test_ws_and_wide_kernels_are_bit_identical(monkeypatch, b, s_q, h_q, seqlens
     logit), the same PV m-tiles and fp32 folds, the same epilogue. Only the warpgroup that computes a step
     differs, so the two give the same bits."""
     p = make_paged_inputs(b, s_q, h_q, seqlens, seed=400 + b + s_q + h_q, device="cuda")
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "wide")
+    force_kernel("wide")
     wide = _run(p, s_q, h_q, causal, parts)
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "ws")
+    force_kernel("ws")
     ws = _run(p, s_q, h_q, causal, parts)
     assert_same_decode_bits(ws, wide)
 
 
-@pytest.mark.parametrize("choice,q_rows,expected", [("cluster", 64, "snapmla_decode_fp8_cluster_kernel"),
-                                                    ("ws", 32, "snapmla_decode_fp8_ws_kernel"),
+@pytest.mark.parametrize("choice,q_rows,expected", [("ws", 32, "snapmla_decode_fp8_ws_kernel"),
                                                     ("auto", 64, "snapmla_decode_fp8_ws_kernel"),
                                                     ("auto", 63, "snapmla_decode_fp8_kernel"),
                                                     ("wide", 64, "snapmla_decode_fp8_kernel"),
-                                                    ("cluster", 16, "snapmla_decode_fp8_narrow_kernel"),
+                                                    ("narrow", 17, "snapmla_decode_fp8_kernel"),
                                                     ("ws", 16, "snapmla_decode_fp8_narrow_kernel")])
 def test_the_chosen_kernel_runs(monkeypatch, choice, q_rows, expected):
-    """The cluster and ws tests above would pass on the wide kernel too if the choice fell back to it: the
-    profiler names the decode kernel that ran (snapmla_decode_fp8_{cluster,ws,narrow}_kernel, or the wide
-    snapmla_decode_fp8_kernel). auto takes the ws kernel from 64 query rows (launch.h WS_MIN_Q_ROWS)."""
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", choice)
+    """The ws tests above would pass on the wide kernel too if the choice fell back to it: the profiler names the
+    decode kernel that ran (snapmla_decode_fp8_{ws,narrow}_kernel, or the wide snapmla_decode_fp8_kernel), and
+    decode_kernel() names the same one. auto takes the ws kernel from 64 query rows (kernel_choice.h
+    WS_MIN_Q_ROWS)."""
+    force_kernel(choice)
     p = make_paged_inputs(2, 1, q_rows, [700, 64], seed=9, device="cuda")
     _run(p, 1, q_rows, False, None)  # warm-up: lazy loading outside the profile
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         _run(p, 1, q_rows, False, None)
     ran = [e.key for e in prof.key_averages() if "snapmla_decode_fp8" in e.key]
     assert len(ran) == 1 and expected in ran[0], ran
+    names = {"snapmla_decode_fp8_ws_kernel": "ws", "snapmla_decode_fp8_narrow_kernel": "narrow",
+             "snapmla_decode_fp8_kernel": "wide"}
+    assert decode_kernel(q_rows) == names[expected]
 
 
 # One block of head 0's row dominates by ~100 nats (its keys are head 0's query, scaled), so the other blocks'
@@ -198,8 +166,8 @@ def test_the_chosen_kernel_runs(monkeypatch, choice, q_rows, expected):
 # o must match the reference to docs/numerics_contract.md section 7's tolerance. lse gets 0.3 % of its value: the FP8 tensor cores
 # align each k-step's products to the accumulator's exponent and truncate them to 13 fraction bits there, and
 # here all 512 products of a dominant logit have the same sign, so the truncations add up and lse comes out low
-# (docs/design.md Open problems; scripts/qk_accumulation_model.py, confirmed on the H200 by
-# scripts/microbench/wgmma_fp8_accumulation.cu). Measured on the H200, kernel - reference at lse 86 / 108 / 94:
+# (docs/design.md Open problems; tools/numerics/qk_accumulation_model.py, confirmed on the H200 by
+# tools/microbench/wgmma_fp8_accumulation.cu). Measured on the H200, kernel - reference at lse 86 / 108 / 94:
 # - one accumulator chain of 16 k-steps (before 2026-12-01, both kernels): -0.37 / -0.52 / -0.46 nats, and the
 #   narrow kernel's o 3.3e-3 rel L2 at block 7 (over the contract's 3e-3);
 # - since earlier measurements: the wide kernel's two chains of 8 (mainloop.cuh issue_qk) -0.13 / -0.20 / -0.13,
@@ -207,10 +175,10 @@ def test_the_chosen_kernel_runs(monkeypatch, choice, q_rows, expected):
 # - since earlier measurements: the narrow kernel's eight chains of 2 -0.016 / -0.019 / -0.019, o 1.2-1.5e-3.
 # The 0.3 % (0.26-0.33 nats here) fails one chain of 16 in either kernel. Missing or double-counting the dominant
 # block would move lse by ~50 nats.
-@pytest.mark.parametrize("kernel,h_q", [("wide", 64), ("narrow", 16), ("cluster", 64), ("ws", 64)])
+@pytest.mark.parametrize("kernel,h_q", [("wide", 64), ("narrow", 16), ("ws", 64)])
 @pytest.mark.parametrize("dominant_block", [0, 7, 15])
 def test_block_far_above_the_others(monkeypatch, dominant_block, kernel, h_q):
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", kernel)
+    force_kernel(kernel)
     seqlen = 16 * 64 - 5
     p = make_paged_inputs(1, 1, h_q, [seqlen], seed=90 + dominant_block, device="cuda")
     tokens = torch.arange(dominant_block * 64, min((dominant_block + 1) * 64, seqlen), device="cuda")
@@ -233,28 +201,20 @@ def test_block_far_above_the_others(monkeypatch, dominant_block, kernel, h_q):
 @pytest.mark.parametrize("s_q,h_q,kernel", [(2, 64, "wide"), (1, 16, "narrow"), (2, 64, "ws")],
                          ids=["wide", "narrow", "ws"])
 def test_kernel_is_deterministic(monkeypatch, s_q, h_q, kernel):
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", kernel)  # narrow: only affects q_rows <= 16
+    force_kernel(kernel)  # narrow: only affects q_rows <= 16
     p = make_paged_inputs(3, s_q, h_q, [5000, 64, 777], seed=7, device="cuda")
     a = _run(p, s_q, h_q, True, 30)
     b = _run(p, s_q, h_q, True, 30)
     assert_same_decode_bits(a, b)
 
 
-def test_kernel_choice_env_is_checked(monkeypatch):
-    p = make_paged_inputs(1, 1, 16, [100], seed=5, device="cuda")
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "fast")
-    with pytest.raises(RuntimeError, match="SNAPMLA_DECODE_KERNEL must be auto, narrow, wide, cluster or ws, got 'fast'"):
-        _run(p, 1, 16, False, None)
-
-
-@pytest.mark.parametrize("s_q,h_q,kernel", [(2, 64, "wide"), (1, 16, "narrow"), (2, 64, "cluster"), (2, 64, "ws")],
-                         ids=["wide", "narrow", "cluster", "ws"])
+@pytest.mark.parametrize("s_q,h_q,kernel", [(2, 64, "wide"), (1, 16, "narrow"), (2, 64, "ws")],
+                         ids=["wide", "narrow", "ws"])
 def test_pdl_launch_is_bit_identical(monkeypatch, s_q, h_q, kernel):
     """Programmatic dependent launch (common/pdl.h) only lets a kernel's launch and prologue overlap the previous
     kernel's tail: every kernel waits before its first global access. So Fused-Q-Quant -> decode -> combine with
-    PDL (forced splits: the combine kernel runs) gives the same bits as plain launches. The cluster kernel
-    launches with both the cluster and the PDL attribute."""
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", kernel)  # narrow: only affects q_rows <= 16
+    PDL (forced splits: the combine kernel runs) gives the same bits as plain launches."""
+    force_kernel(kernel)  # narrow: only affects q_rows <= 16
     p = make_paged_inputs(3, s_q, h_q, [5000, 0, 777], seed=11, device="cuda")
     monkeypatch.setenv("SNAPMLA_PDL", "0")
     plain = _run(p, s_q, h_q, True, 30)

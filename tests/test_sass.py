@@ -15,13 +15,13 @@ from utils.scripts import script_module
 
 @pytest.fixture(scope="module")
 def sizes():
-    with script_module("sass_sizes") as mod:
+    with script_module("sass_sizes", "tools/profile") as mod:
         yield mod
 
 
 @pytest.fixture(scope="module")
 def sass_by_function(sizes):
-    """{kernel: SASS} of the built extension (scripts/sass_sizes.py finds the tools and splits the listing)."""
+    """{kernel: SASS} of the built extension (tools/profile/sass_sizes.py finds the tools and splits the listing)."""
     built = sizes.built_extension()
     if not built:
         pytest.skip("the compiled extension (snapmla_ext/_C*.so) is not built")

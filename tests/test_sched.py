@@ -189,19 +189,8 @@ def test_sched_rejects_non_contiguous(requires_ext):
 )
 def test_default_num_sm_parts(monkeypatch, rows, h_k, expected):
     monkeypatch.delenv("SNAPMLA_FORCE_SPLIT", raising=False)
-    monkeypatch.delenv("SNAPMLA_DECODE_KERNEL", raising=False)
     monkeypatch.setattr(decode_ops, "_sm_count", lambda device: 132)
     assert default_num_sm_parts(rows, h_k, "cpu") == expected
-
-
-@pytest.mark.parametrize("rows,expected", [(16, 132), (17, 66), (64, 66), (128, 33), (10000, 1)])
-def test_default_num_sm_parts_cluster_kernel(monkeypatch, rows, expected):
-    """SNAPMLA_DECODE_KERNEL=cluster runs q_rows > 16 on pairs of SMs: half the parts; q_rows <= 16 stays on the
-    narrow kernel (one SM per part)."""
-    monkeypatch.delenv("SNAPMLA_FORCE_SPLIT", raising=False)
-    monkeypatch.setenv("SNAPMLA_DECODE_KERNEL", "cluster")
-    monkeypatch.setattr(decode_ops, "_sm_count", lambda device: 132)
-    assert default_num_sm_parts(rows, 1, "cpu") == expected
 
 
 def test_force_split_env(monkeypatch):

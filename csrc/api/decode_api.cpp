@@ -244,9 +244,22 @@ std::tuple<at::Tensor, at::Tensor> decode_fp8_bf16q(const at::Tensor& q, const a
                      num_splits, softmax_scale, causal, [&] { quant::launch_q_quant(qq.params, stream); });
 }
 
+// The kernel a call with q_rows query rows (s_q * h_q) runs now, and the override that decides it
+// (kernel_choice.h): for tests, benchmarks and the Python wrapper, which never mirrors the choice.
+std::string decode_kernel(int64_t q_rows) {
+  TORCH_CHECK(q_rows >= 1 && q_rows <= MAX_Q_ROWS, "decode_kernel: q_rows must be in [1, ", MAX_Q_ROWS, "], got ",
+              q_rows);
+  namespace D = sm90::decode_fp8;
+  return D::decode_kernel_name(D::choose_decode_kernel(static_cast<int>(q_rows), D::decode_kernel_override()));
+}
+
+std::string set_decode_kernel(const std::string& choice) { return sm90::decode_fp8::set_decode_kernel_override(choice); }
+
 }  // namespace snapmla
 
 TORCH_LIBRARY_FRAGMENT(snapmla, m) {
+  m.def("decode_kernel(int q_rows) -> str");
+  m.def("set_decode_kernel(str choice) -> str");
   m.def(
       "decode_fp8(Tensor q_content, Tensor q_rope, Tensor q_scale, Tensor kv_cache, Tensor block_table, "
       "Tensor cache_seqlens, Tensor tile_scheduler_metadata, Tensor num_splits, float softmax_scale, bool causal) "
@@ -256,6 +269,10 @@ TORCH_LIBRARY_FRAGMENT(snapmla, m) {
       "Tensor tile_scheduler_metadata, Tensor num_splits, float softmax_scale, bool causal) -> (Tensor, Tensor)");
 }
 
+TORCH_LIBRARY_IMPL(snapmla, CompositeExplicitAutograd, m) {
+  m.impl("decode_kernel", &snapmla::decode_kernel);
+  m.impl("set_decode_kernel", &snapmla::set_decode_kernel);
+}
 TORCH_LIBRARY_IMPL(snapmla, CPU, m) {
   m.impl("decode_fp8", &snapmla::decode_fp8);
   m.impl("decode_fp8_bf16q", &snapmla::decode_fp8_bf16q);

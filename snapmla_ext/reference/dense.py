@@ -17,7 +17,7 @@ state (m, sigma, O~, L~). With n the block and j a token of the block:
 
 The state starts at m = -inf, sigma = P_FLOOR / 448, O~ = 0, L~ = 0. A block in which all of a row's p'_j are 0
 (no visible token, e.g. the causal tail or the padding past a shorter request, or every p' underflowed) leaves that
-row's m, sigma, O~ and L~ unchanged, as the kernel does (csrc/kernels/sm90/decode_fp8/softmax.cuh). A row that
+row's m, sigma, O~ and L~ unchanged, as the kernel does (csrc/kernels/sm90/decode_fp8/shared/softmax.cuh). A row that
 sees no token returns o = 0 and lse = +inf.
 
 P_FLOOR = 2^-60 (kv_layout.h) bounds the forward ratio sigma_{n-1} / sigma_n after a block of tiny p' (every logit

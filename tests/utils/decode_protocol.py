@@ -74,8 +74,7 @@ POLICIES = {
     "v11": Policy("v11", (0, 1, 2, 3), False, False, (1, 1, KV_STAGES), lambda n: (n + 2, n + 3, n + 4)),
 }
 
-Action = tuple  # ("wait", bar, parity) | ("test", bar, parity) | ("arrive", bar, weight) | ("tma", bar) |
-#                 ("load", [landing, ...]) | ("do", fn)  (the last two: cluster_protocol.py)
+Action = tuple  # ("wait", bar, parity) | ("test", bar, parity) | ("arrive", bar, weight) | ("tma", bar)
 Agent = Generator[Action, Optional[bool], None]
 
 
@@ -277,12 +276,6 @@ def run_agents(agents: dict[str, Agent], seed: int, stall_limit: int = 4000, lan
         elif act[0] == "tma":
             act[1].arrive(1)  # the issuer's arrive.expect_tx
             inflight.append(act[1])  # complete_tx, later
-            stall = 0
-        elif act[0] == "load":  # cluster_protocol.py: loads with their own landings (one per destination CTA)
-            inflight.extend(act[1])
-            stall = 0
-        elif act[0] == "do":  # cluster_protocol.py: a step of the agent's own (an arm, a store), run now
-            act[1]()
             stall = 0
         try:
             nxt[a] = agents[a].send(result)

@@ -1,4 +1,4 @@
-"""A file of scripts/ or bench/ (not packages) loaded as a module, for the CPU tests of its pure functions."""
+"""A file of tools/ or bench/ (not packages) loaded as a module, for the CPU tests of its pure functions."""
 
 import contextlib
 import importlib.util
@@ -9,7 +9,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager
-def script_module(name: str, folder: str = "scripts"):
+def script_module(name: str, folder: str):
     """<folder>/<name>.py as the module `name`, in sys.modules while in use (dataclasses look their module up
     there)."""
     spec = importlib.util.spec_from_file_location(name, ROOT / folder / f"{name}.py")

@@ -1,7 +1,7 @@
-// Thin inline-PTX wrappers for the warp-wide shared-memory matrix moves (ldmatrix / stmatrix, sm_90a) the V
-// transposes use. PTX ISA: "Warp-level matrix load / store instructions: ldmatrix, stmatrix".
-// x4: lanes 8k .. 8k + 7 give the row addresses of 8x8 matrix k (16 B per row); result / source word k of each
-// lane is its element pair of matrix k.
+// Thin inline-PTX wrapper for the warp-wide shared-memory matrix load (ldmatrix, sm_90a) the V transposes use.
+// PTX ISA: "Warp-level matrix load instructions: ldmatrix".
+// x4: lanes 8k .. 8k + 7 give the row addresses of 8x8 matrix k (16 B per row); result word k of each lane is
+// its element pair of matrix k.
 #pragma once
 
 #include <cstdint>
@@ -14,13 +14,6 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t (&x)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
                : "r"(addr)
-               : "memory");
-}
-
-// No transpose: lane (r, q) supplies 16-bit columns 2q, 2q + 1 of row r of each matrix.
-__device__ __forceinline__ void stsm_x4(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c),
-               "r"(d)
                : "memory");
 }
 

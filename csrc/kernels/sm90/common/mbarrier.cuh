@@ -55,21 +55,6 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
       : "memory");
 }
 
-// Non-blocking: true when the phase with parity `parity` has completed.
-__device__ __forceinline__ bool mbarrier_test(uint64_t* bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(smem_u32(bar)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-
 // Ordinary shared-memory stores become visible to the async proxy (WGMMA operand reads, TMA) only after this
 // fence in the writing thread, followed by a barrier the reader waits on.
 __device__ __forceinline__ void fence_proxy_async_smem() {

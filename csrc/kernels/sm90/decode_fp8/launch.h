@@ -1,11 +1,14 @@
-// Host-side entry of the sm_90a FP8 SnapMLA decode kernel (kernel.cuh has the design header).
+// Host-side entry of the sm_90a FP8 SnapMLA decode kernels (wide/kernel.cuh, narrow/kernel.cuh and ws/kernel.cuh
+// have the design headers) and the query-row geometry the host and the kernels share.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <functional>
+#include <string>
 
 #include "common/params.h"
+#include "kernels/sm90/decode_fp8/kernel_choice.h"
 
 namespace snapmla::sm90::decode_fp8 {
 
@@ -26,27 +29,23 @@ __host__ __device__ constexpr int rows_per_warp(int q_rows) { return q_rows >= B
 // query row first + k. rpw = rows_per_warp(q_rows).
 __host__ __device__ constexpr int warp_first_q_row(int m_tile, int warp, int rpw) { return (4 * m_tile + warp) * rpw; }
 
-// Query rows from which SNAPMLA_DECODE_KERNEL=auto runs the warp-specialised wide kernel (ws/kernel.cuh) instead
-// of the wide one: the two give the same bits, and side by side on the H200 (2026-12-03, bench_variants, rounds)
-// ws was 1.02-1.03x at b = 64 with 64 and 128 rows (h_q 64 / 128, s_q 2 at h_q 64, varlen), 1.00x at b = 1 / 16,
-// but 0.91x at 32 rows (b64 s_q 2 h_q 16, memory-bound: its softmax warpgroup waits for the next page before it
-// starts a block's softmax).
-inline constexpr int WS_MIN_Q_ROWS = 64;
-
-// Query rows up to which the narrow kernel (narrow/kernel.cuh, query rows as the WGMMA N) runs instead, unless
-// SNAPMLA_DECODE_KERNEL=wide (instantiations/decode_fp8_e4m3.cu, use_narrow, says why).
-inline constexpr int NARROW_MAX_Q_ROWS = 16;
-
-// Launches the decode kernel: the narrow one over grid (1, num_sm_parts) when use_narrow (q_rows <=
-// NARROW_MAX_Q_ROWS and SNAPMLA_DECODE_KERNEL is not "wide"), else the wide one over grid
+// Launches the decode kernel that choose_decode_kernel (kernel_choice.h) gives for params.q_rows under the
+// override (launch.cu): the narrow one over grid (1, num_sm_parts), the wide or ws one over grid
 // (num_m_tiles(q_rows), num_sm_parts). Writes out/lse for requests done in one piece and o_accum/lse_accum
 // for split ones (the combine kernel runs after, see combine/launch.h).
 // launch_first (may be empty) is launched right before the decode kernel, once the kernel parameters (tensor
 // maps) are built: the call's Fused-Q-Quant goes there, so that no host work separates the two kernels.
 using LaunchFirst = std::function<void()>;
 void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first = {});
-void launch_decode_fp8_narrow(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first = {});
-void launch_decode_fp8_cluster(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first = {});
-void launch_decode_fp8_ws(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first = {});
+
+// One launcher per kernel (instantiations/*.cu), each through launch_kernel.h.
+void launch_decode_fp8_narrow(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first);
+void launch_decode_fp8_wide(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first);
+void launch_decode_fp8_ws(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first);
+
+// The process-wide kernel override: SNAPMLA_DECODE_KERNEL (auto, narrow, wide, ws), read on first use, then
+// whatever set_decode_kernel_override last set. Returns the previous override's name.
+DecodeKernel decode_kernel_override();
+std::string set_decode_kernel_override(const std::string& choice);
 
 }  // namespace snapmla::sm90::decode_fp8

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/sm90/decode_fp8/config.h"
+#include "kernels/sm90/decode_fp8/shared/config.h"
 
 namespace snapmla::sm90::decode_fp8::narrow {
 

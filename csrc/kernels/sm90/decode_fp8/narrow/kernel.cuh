@@ -1,6 +1,6 @@
 // sm_90a FP8 SnapMLA decode kernel for narrow query tiles: q_rows = s_q * h_q <= 16 (h_q = 16 at s_q = 1, the
 // memory-bound case of DeepSeek decode with the heads split 8 ways). Same inputs, numerics and outputs as the
-// wide kernel (decode_fp8/kernel.cuh), which pads such a tile to the WGMMA M of 64 rows: 4x the tensor work,
+// wide kernel (decode_fp8/wide/kernel.cuh), which pads such a tile to the WGMMA M of 64 rows: 4x the tensor work,
 // the full 40 KB query tile re-read per block, and a V^T buffer round trip through shared memory.
 //
 // Here the query rows are the WGMMA N dimension of both GEMMs ("swap AB"):
@@ -21,7 +21,7 @@
 // Pipeline: 4 KV stages (kv_full: TMA bytes; kv_empty: the owner's 128 threads once its QK retired; the V^T
 // fragments and k scales are in registers by then), 2 query buffers (q_full / q_empty, by piece parity).
 // Barrier phases come from one running block index and one running piece index that every role counts the
-// same way (decode_fp8/schedule.cuh).
+// same way (decode_fp8/shared/schedule.cuh).
 // Shared memory: 4 x 40.25 KB stages + 2 x 10 KB query + 2 KB P^T + 32 KB merge + 2.5 KB = 216.5 KB
 // (narrow/config.h).
 // Per block: 41216 B from HBM; shared-memory reads QK 50 KB, V 32 KB, P^T 8 KB (the wide kernel: ~190 KB with
@@ -30,16 +30,15 @@
 
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
-#include "kernels/sm90/decode_fp8/block_trace.cuh"
-#include "kernels/sm90/decode_fp8/cta_trace.cuh"
-#include "kernels/sm90/decode_fp8/kernel_prologue.cuh"
 #include "kernels/sm90/decode_fp8/narrow/merge_store.cuh"
 #include "kernels/sm90/decode_fp8/narrow/piece_rows.cuh"
-#include "kernels/sm90/decode_fp8/tma_producer.cuh"
 #include "kernels/sm90/decode_fp8/narrow/pv.cuh"
 #include "kernels/sm90/decode_fp8/narrow/qk_softmax.cuh"
-#include "kernels/sm90/decode_fp8/schedule.cuh"
-#include "kernels/sm90/decode_fp8/traits.h"
+#include "kernels/sm90/decode_fp8/shared/kernel_prologue.cuh"
+#include "kernels/sm90/decode_fp8/shared/schedule.cuh"
+#include "kernels/sm90/decode_fp8/shared/tma_producer.cuh"
+#include "kernels/sm90/decode_fp8/shared/traits.h"
+#include "kernels/sm90/decode_fp8/trace/hook.cuh"
 
 namespace snapmla::sm90::decode_fp8::narrow {
 
@@ -92,8 +91,8 @@ __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, const SchedR
 
   int block_idx = 0;  // running index of the piece's first block
   int piece = 0;
-  CtaTimeline ct(wg);  // -DSNAPMLA_TRACE_CTA only (cta_trace.cuh)
-  BlockTrace bt(tid == 0);  // -DSNAPMLA_TRACE_BLOCKS only (block_trace.cuh): own blocks' arrival and end
+  CtaTimeline ct(wg);  // -DSNAPMLA_TRACE_CTA only (trace/cta.cuh)
+  BlockTrace bt(tid == 0);  // -DSNAPMLA_TRACE_BLOCKS only (trace/block.cuh): own blocks' arrival and end
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
     const PieceRows<ROWS> pr = piece_rows<ROWS>(p, req, pc, t);

@@ -26,8 +26,8 @@
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/decode_fp8/narrow/config.h"
 #include "kernels/sm90/decode_fp8/narrow/qk_softmax.cuh"
-#include "kernels/sm90/decode_fp8/piece_out.cuh"
-#include "kernels/sm90/decode_fp8/schedule.cuh"
+#include "kernels/sm90/decode_fp8/shared/piece_out.cuh"
+#include "kernels/sm90/decode_fp8/shared/schedule.cuh"
 
 namespace snapmla::sm90::decode_fp8::narrow {
 

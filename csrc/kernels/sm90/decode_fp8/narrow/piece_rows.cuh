@@ -3,8 +3,8 @@
 #pragma once
 
 #include "common/params.h"
-#include "kernels/sm90/decode_fp8/config.h"
-#include "kernels/sm90/decode_fp8/schedule.cuh"
+#include "kernels/sm90/decode_fp8/shared/config.h"
+#include "kernels/sm90/decode_fp8/shared/schedule.cuh"
 
 namespace snapmla::sm90::decode_fp8::narrow {
 

@@ -16,7 +16,7 @@
 // consecutive tokens, which Swizzle-128B puts in 8 distinct 16-B bank groups: no bank conflict.
 //
 // Each block's product goes into fresh accumulators (the FP8 WGMMA accumulates with ~14 significant bits,
-// decode_fp8/mainloop.cuh) and is folded into O^T in fp32 with the block's rescale: O^T = O^T * o_scale + acc.
+// decode_fp8/wide/mainloop.cuh) and is folded into O^T in fp32 with the block's rescale: O^T = O^T * o_scale + acc.
 // All 64 A registers of a block are loaded while its QK runs (the stage is then free once the QK retired); the
 // 8 m-tiles go out in 4 waves of 2 (4 WGMMA m64n16k32 each), wave k + 1 issued before wave k is folded.
 // Tokens past the sequence (last block) are zeroed in the A fragments: unused cache slots may hold NaN, and

@@ -10,7 +10,7 @@
 // A row's 64 tokens sit in 8 lanes (same t) of each of the 4 warps: row maxima and sums take 3 xor-shuffles and
 // one exchange between the warps through shared memory (red, one named barrier of the warpgroup).
 //
-// Per row and block, in base 2, exactly as the wide kernel (decode_fp8/softmax.cuh) and the reference:
+// Per row and block, in base 2, exactly as the wide kernel (decode_fp8/shared/softmax.cuh) and the reference:
 //   x2_j = acc_j * (q_scale * softmax_scale * log2 e) * k_scale_j  (-inf by select when token j is masked)
 //   m_n = max(m_{n-1}, max_j x2_j);  e_j = 2^(x2_j - m_n);  p'_j = e_j * k_scale_j (0 by select when masked)
 //   inv_n = 448 / max(max_j p'_j, P_FLOOR);  p8_j = e4m3(p'_j * inv_n)
@@ -24,7 +24,7 @@
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/wgmma.cuh"
 #include "kernels/sm90/decode_fp8/narrow/config.h"
-#include "kernels/sm90/decode_fp8/softmax.cuh"
+#include "kernels/sm90/decode_fp8/shared/softmax.cuh"
 
 namespace snapmla::sm90::decode_fp8::narrow {
 
@@ -46,7 +46,7 @@ struct ColState {
 // 0.37-0.52 nats of lse at lse ~100 (tests/test_decode_kernel_gpu.py test_block_far_above_the_others);
 // 4 chains of 4: -0.05..-0.06 nats. 8 chains of 2 (8 registers each, 0 spills): -0.016..-0.019 nats (H200,
 // earlier measurements), 0.99-1.01x side by side at b = 1 / 4 / 16 / 64 / 128. The model
-// (scripts/qk_accumulation_model.py) says 1.48e-3 (from 1.74e-3) on the heavy-tailed layer, and 5.6e-4 with the
+// (tools/numerics/qk_accumulation_model.py) says 1.48e-3 (from 1.74e-3) on the heavy-tailed layer, and 5.6e-4 with the
 // outlier-channel format of docs/design.md (Open problems).
 inline constexpr int QK_CHAINS = 8;
 template <int N>

@@ -3,8 +3,7 @@
 // kernel's (config.h, traits.h).
 #pragma once
 
-#include "kernels/sm90/decode_fp8/config.h"
-#include "kernels/sm90/decode_fp8/phase_trace.cuh"
+#include "kernels/sm90/decode_fp8/shared/config.h"
 
 namespace snapmla::sm90::decode_fp8::ws {
 
@@ -23,15 +22,10 @@ static_assert(NUM_PV_WG == NUM_MATH_WG, "the PV warpgroups take the wide kernel'
 //     row state, masks and addresses;
 //   producer: one TMA thread.
 inline constexpr int WS_LAUNCH_REGS = 128;
-#ifndef SNAPMLA_TRACE_PHASES
+// The split is the same in every build: the kernel has no phase timer (trace/phase.cuh times the wide kernel;
+// a timer's registers in the softmax warpgroup would spill chain A's in-flight accumulator at 104).
 inline constexpr int WS_PV_REGS = 192;
 inline constexpr int WS_SOFTMAX_REGS = 104;
-#else
-// The phase timer's registers in the softmax warpgroup would spill chain A's accumulator, in flight (ptxas then
-// serialises every WGMMA, C7514); the PV warpgroups' epilogue spills a little instead.
-inline constexpr int WS_PV_REGS = 184;
-inline constexpr int WS_SOFTMAX_REGS = 120;
-#endif
 inline constexpr int WS_PRODUCER_REGS = 24;
 static_assert(NUM_PV_WG * WS_PV_REGS + WS_SOFTMAX_REGS + WS_PRODUCER_REGS <= 4 * WS_LAUNCH_REGS,
               "register pool of the CTA: a setmaxnreg.inc past it waits forever");
@@ -42,22 +36,5 @@ static_assert(WS_PV_REGS % 8 == 0 && WS_SOFTMAX_REGS % 8 == 0 && WS_PRODUCER_REG
 // 0-7) is issued a block ahead, before the softmax of the current block; chain B (content 8-15 and the RoPE
 // k-group) after that softmax's hand-off. Same chains, so the same rounding, as the wide kernel's issue_qk.
 inline constexpr int WS_CHAIN_STEPS = QK_CONTENT_STEPS / 2;  // 8
-
-// Phases of the -DSNAPMLA_TRACE_PHASES build (phase_trace.cuh's slots, printed by trace_sink.cuh under the wide
-// kernel's names: read "wait_kv" as below). Softmax warpgroup (wg 3), per block: WS_TP_QK (chain B issued, both
-// retired), WS_TP_WAIT_KV (the next page), WS_TP_ISSUE_A, WS_TP_LOGITS, WS_TP_PROBS (+ P8), WS_TP_PUBLISH;
-// WS_TP_PIECE per piece. PV warpgroups (wg 0, 1), per block: WS_TP_WAIT_HANDOFF, WS_TP_PV; WS_TP_EPILOGUE per piece.
-enum WsTracePhase : int {
-  WS_TP_WAIT_KV = TP_WAIT_KV,              // printed as wait_kv
-  WS_TP_QK = TP_QK,                        // qk
-  WS_TP_ISSUE_A = TP_SOFTMAX_LOGITS,       // softmax_logits
-  WS_TP_LOGITS = TP_WAIT_HANDOFF,          // wait_handoff
-  WS_TP_PROBS = TP_SOFTMAX_PUBLISH,        // softmax_publish
-  WS_TP_PUBLISH = TP_PV_PREV,              // pv_prev
-  WS_TP_WAIT_HANDOFF = TP_WAIT_OWN,        // wait_own
-  WS_TP_PV = TP_PV_OWN,                    // pv_own
-  WS_TP_PIECE = TP_PIECE_EDGES,            // piece_edges
-  WS_TP_EPILOGUE = TP_EPILOGUE,            // epilogue
-};
 
 }  // namespace snapmla::sm90::decode_fp8::ws

@@ -6,16 +6,15 @@
 // math warpgroup of the wide kernel) with the final state read from the last block's hand-off, and only then
 // releases that stage.
 // Registers: O^T 128 + one m-tile accumulator 32 + V^T fragments + fold scales + addresses, within
-// WS_PV_REGS = 184 (ws/config.h).
+// WS_PV_REGS = 192 (ws/config.h).
 #pragma once
 
 #include "kernels/sm90/common/mbarrier.cuh"
-#include "kernels/sm90/decode_fp8/block_pv.cuh"
-#include "kernels/sm90/decode_fp8/epilogue.cuh"
-#include "kernels/sm90/decode_fp8/exchange.cuh"
-#include "kernels/sm90/decode_fp8/phase_trace.cuh"
-#include "kernels/sm90/decode_fp8/schedule.cuh"
-#include "kernels/sm90/decode_fp8/traits.h"
+#include "kernels/sm90/decode_fp8/shared/block_pv.cuh"
+#include "kernels/sm90/decode_fp8/shared/epilogue.cuh"
+#include "kernels/sm90/decode_fp8/shared/exchange.cuh"
+#include "kernels/sm90/decode_fp8/shared/schedule.cuh"
+#include "kernels/sm90/decode_fp8/shared/traits.h"
 #include "kernels/sm90/decode_fp8/ws/config.h"
 
 namespace snapmla::sm90::decode_fp8::ws {
@@ -26,7 +25,6 @@ __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const Sched
 
   int block_idx = 0;  // running index of the piece's first block
   int piece = 0;
-  RegPhaseTimer tm(SNAPMLA_TRACE_BUFFER(ss, pv));  // -DSNAPMLA_TRACE_PHASES only (phase_trace.cuh)
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
     const int n_blocks = pc.blk_end - pc.blk_begin;
@@ -39,12 +37,9 @@ __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const Sched
 #pragma unroll 1
     for (int j = 0; j < n_blocks; ++j) {
       const int n = block_idx + j;
-      tm.count_block();
       mbarrier_wait(&ss.xchg_full[n % KV_STAGES], (n / KV_STAGES) & 1);
-      tm.mark(WS_TP_WAIT_HANDOFF);
       // The piece's last stage stays held: its hand-off has the state the epilogue needs.
       pv_after_handoff<true>(o, ss, n, pv, warp, lane, pc.seqlen - (pc.blk_begin + j) * BLOCK_N, j + 1 < n_blocks);
-      tm.mark(WS_TP_PV);
     }
     // The state after the piece's last block, read by the epilogue's quad leads from that block's hand-off (an
     // empty piece stores o = 0, lse = +inf); then the stage, held until here, is released.
@@ -58,9 +53,7 @@ __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const Sched
     });
     if (n_blocks > 0) release_stage(&ss.kv_empty[last % KV_STAGES]);
     block_idx += n_blocks;
-    tm.mark(WS_TP_EPILOGUE);
   }
-  tm.print(pv);
 }
 
 }  // namespace snapmla::sm90::decode_fp8::ws

@@ -12,20 +12,19 @@
 // The piece's first chain A is issued before the loop; its last block issues none (the next piece has another
 // query tile) and releases the query tile instead (q_empty).
 // Registers: chain A (32, in flight) + S (32) + k scales (16) + state, row limits and addresses, within
-// WS_SOFTMAX_REGS = 120 (ws/config.h).
+// WS_SOFTMAX_REGS = 104 (ws/config.h).
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/wgmma.cuh"
-#include "kernels/sm90/decode_fp8/exchange.cuh"
 #include "kernels/sm90/decode_fp8/launch.h"
-#include "kernels/sm90/decode_fp8/phase_trace.cuh"
-#include "kernels/sm90/decode_fp8/qk_steps.cuh"
-#include "kernels/sm90/decode_fp8/schedule.cuh"
-#include "kernels/sm90/decode_fp8/softmax.cuh"
-#include "kernels/sm90/decode_fp8/traits.h"
+#include "kernels/sm90/decode_fp8/shared/exchange.cuh"
+#include "kernels/sm90/decode_fp8/shared/qk_steps.cuh"
+#include "kernels/sm90/decode_fp8/shared/schedule.cuh"
+#include "kernels/sm90/decode_fp8/shared/softmax.cuh"
+#include "kernels/sm90/decode_fp8/shared/traits.h"
 #include "kernels/sm90/decode_fp8/ws/config.h"
 
 namespace snapmla::sm90::decode_fp8::ws {
@@ -63,21 +62,17 @@ __device__ __forceinline__ void finish_qk(float (&s)[32], float (&acc_a)[32], co
 // shared-memory bandwidth while it runs).
 __device__ __forceinline__ void softmax_and_publish(float (&s)[32], const float (&ks)[16], SharedStorage& ss,
                                                     int stage, int blk, const float (&q_mul)[2],
-                                                    const int (&limit)[2], int row0, int t, RowState (&st)[2],
-                                                    RegPhaseTimer& tm) {
+                                                    const int (&limit)[2], int row0, int t, RowState (&st)[2]) {
   const int n_vis[2] = {limit[0] - blk * BLOCK_N, limit[1] - blk * BLOCK_N};
   float mx[2];
   float o_scale[2];
   softmax_logits_ks<true>(s, ks, q_mul, n_vis, t, mx);
-  tm.mark(WS_TP_LOGITS);
   softmax_probs_ks<true>(s, ks, mx, n_vis, t, st, o_scale);
   uint32_t p_blk[8];
   const float inv[2] = {st[0].inv, st[1].inv};
   pack_p(s, inv, p_blk);
-  tm.mark(WS_TP_PROBS);
   publish_block(smem_u32(ss.kv_rope[stage]), p_blk, st, o_scale, row0, t);
   mbarrier_arrive(&ss.xchg_full[stage]);
-  tm.mark(WS_TP_PUBLISH);
 }
 
 __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const SchedRow& row) {
@@ -88,7 +83,6 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
 
   int block_idx = 0;  // running index of the piece's first block (all roles count the same blocks)
   int piece = 0;
-  RegPhaseTimer tm(SNAPMLA_TRACE_BUFFER(ss, NUM_PV_WG));  // -DSNAPMLA_TRACE_PHASES only (phase_trace.cuh)
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
     const int n_blocks = pc.blk_end - pc.blk_begin;
@@ -106,41 +100,33 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
     float acc_a[32];
     mbarrier_wait(&ss.kv_full[block_idx % KV_STAGES], (block_idx / KV_STAGES) & 1);
     issue_chain_a(acc_a, ss, block_idx % KV_STAGES);
-    tm.mark(WS_TP_PIECE);
     const int last = block_idx + n_blocks - 1;
 #pragma unroll 1
     for (int n = block_idx; n < last; ++n) {
       const int stage = n % KV_STAGES;
       float s[32];
-      tm.count_block();
       finish_qk(s, acc_a, ss, stage);
       float ks[16];
       load_k_scales(ss.kv_scale[stage], t, ks);
-      tm.mark(WS_TP_QK);
       mbarrier_wait(&ss.kv_full[(n + 1) % KV_STAGES], ((n + 1) / KV_STAGES) & 1);
-      tm.mark(WS_TP_WAIT_KV);
       issue_chain_a(acc_a, ss, (n + 1) % KV_STAGES);
       // Orders the softmax after chain A's issue in the PTX. ptxas still interleaves chain A's 8 QGMMAs into
       // the softmax's first part (one every ~50 instructions, SASS of 2026-12-03): they run under it all the
       // same, only starting later (docs/design.md,).
       wgmma_fence_operands(s);
       wgmma_fence_operands(ks);
-      tm.mark(WS_TP_ISSUE_A);
-      softmax_and_publish(s, ks, ss, stage, pc.blk_begin + (n - block_idx), q_mul, limit, row0, t, st, tm);
+      softmax_and_publish(s, ks, ss, stage, pc.blk_begin + (n - block_idx), q_mul, limit, row0, t, st);
     }
     {
       float s[32];
-      tm.count_block();
       finish_qk(s, acc_a, ss, last % KV_STAGES);
       mbarrier_arrive(&ss.q_empty[0]);  // the piece's last QK retired: the producer may load the next tile
       float ks[16];
       load_k_scales(ss.kv_scale[last % KV_STAGES], t, ks);
-      tm.mark(WS_TP_QK);
-      softmax_and_publish(s, ks, ss, last % KV_STAGES, pc.blk_end - 1, q_mul, limit, row0, t, st, tm);
+      softmax_and_publish(s, ks, ss, last % KV_STAGES, pc.blk_end - 1, q_mul, limit, row0, t, st);
     }
     block_idx += n_blocks;
   }
-  tm.print(SOFTMAX_WG);
 }
 
 }  // namespace snapmla::sm90::decode_fp8::ws

@@ -1,0 +1,116 @@
+"""Code size of the decode kernels' SASS, by region (CPU; cuobjdump on the built extension or an object file).
+
+Why: a CTA runs its piece epilogue once per piece and its masked block body once per request end, so an SM
+fetches those instructions cold in the middle of a launch, from an L2 busy with the other SMs' page stream. The
+earlier measurements traced 13-33 us epilogues to that and won 1.05-1.21x by shrinking one (docs/design.md
+). This prints, per kernel, its instruction count and the spans that matter:
+    python3 tools/profile/sass_sizes.py [path to _C*.so or a .o]    (default: the built snapmla_ext/_C*.so)
+  kernel  instructions  KB  | stores: first-last STG span | TMA: first-last UTMALDG span | QGMMA / HGMMA counts
+tests/test_sass.py uses its tool lookup and SASS split; tests/test_sass.py test_piece_epilogues_are_compact holds
+the STG spans to a budget.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+from typing import Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INSTRUCTION_BYTES = 16
+DECODE_KERNELS = ("snapmla_decode_fp8_kernel", "snapmla_decode_fp8_narrow_kernel")
+
+
+def find_tool(name: str) -> Optional[str]:
+    """cuobjdump / nvdisasm: on PATH, or from the nvidia-cuda-* wheels (requirements.txt)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    try:
+        import nvidia
+
+        for base in nvidia.__path__:
+            for sub in ("cu13", "cu12", "cuda_cuobjdump", "cuda_nvdisasm"):
+                path = os.path.join(base, sub, "bin", name)
+                if os.path.exists(path):
+                    return path
+    except ImportError:
+        pass
+    return None
+
+
+def built_extension() -> Optional[str]:
+    """This checkout's snapmla_ext/_C*.so, else the one next to an importable snapmla_ext, else
+    $SNAPMLA_EXT_PATH."""
+    dirs = [os.path.join(ROOT, "snapmla_ext")]
+    try:
+        import snapmla_ext
+
+        dirs.append(os.path.dirname(snapmla_ext.__file__))
+    except ImportError:
+        pass
+    for d in dirs:
+        found = glob.glob(os.path.join(d, "_C*.so"))
+        if found:
+            return found[0]
+    return os.environ.get("SNAPMLA_EXT_PATH") or None
+
+
+def sass_by_function(path: str) -> dict[str, str]:
+    """{mangled function name: its SASS text} of every kernel in a .so or .o (cuobjdump -sass)."""
+    cuobjdump, nvdisasm = find_tool("cuobjdump"), find_tool("nvdisasm")
+    if not cuobjdump or not nvdisasm:
+        raise FileNotFoundError("cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+    env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
+    text = subprocess.run([cuobjdump, "-sass", path], capture_output=True, text=True, env=env, check=True).stdout
+    functions = {}
+    for chunk in re.split(r"\n\s*Function : ", text)[1:]:
+        name, _, body = chunk.partition("\n")
+        functions[name.strip()] = body
+    return functions
+
+
+def offsets(sass: str, opcode: str) -> list[int]:
+    """Byte offsets of the instructions `opcode` (predicated or not) in one function's SASS."""
+    return [int(m.group(1), 16) for m in re.finditer(rf"/\*([0-9a-f]{{4,}})\*/\s+(?:@!?U?P\w+\s+)?{opcode}\b", sass)]
+
+
+def code_span(sass: str, opcode: str) -> tuple[int, int]:
+    """(bytes from the first to the last `opcode`, inclusive, and how many there are); (0, 0) if none."""
+    found = offsets(sass, opcode)
+    return (found[-1] - found[0] + INSTRUCTION_BYTES, len(found)) if found else (0, 0)
+
+
+def instruction_count(sass: str) -> int:
+    return len(re.findall(r"/\*[0-9a-f]{4,}\*/\s+\S", sass))
+
+
+def summary(functions: dict[str, str]) -> list[str]:
+    lines = []
+    for kernel in DECODE_KERNELS:
+        for name, sass in sorted(functions.items()):
+            if kernel not in name:
+                continue
+            n = instruction_count(sass)
+            stg, n_stg = code_span(sass, "STG")
+            tma, n_tma = code_span(sass, "UTMALDG")
+            lines.append(f"{kernel:34s} {n:5d} instructions {n * INSTRUCTION_BYTES / 1024:6.1f} KB | "
+                         f"{n_stg:3d} STG over {stg / 1024:5.1f} KB | {n_tma:3d} UTMALDG over {tma / 1024:5.1f} KB | "
+                         f"QGMMA {len(offsets(sass, 'QGMMA'))} HGMMA {len(offsets(sass, 'HGMMA'))}")
+    return lines
+
+
+def main() -> None:
+    path = sys.argv[1] if len(sys.argv) > 1 else built_extension()
+    if not path:
+        sys.exit("no built extension (snapmla_ext/_C*.so): pass a .so or .o")
+    for line in summary(sass_by_function(path)):
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""tools/device/bench_variants.sh without a GPU (CPU): a stub python3 on PATH stands in for the build, pytest and
+bench/bench_decode.py (it writes a benchmark JSON whose time depends on SNAPMLA_FORCE_SPLIT and the round), the
+real interpreter runs the script's summary. Checks the rounds, the warm-up, a variant that reuses another's
+build (@name) with its own environment, and the table's fastest-round ratios."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+STUB = r"""#!/usr/bin/env bash
+# Stand-in for python3 inside tools/device/bench_variants.sh (tools/tests/test_bench_variants.py).
+if [ "$1" = "setup.py" ]; then
+  mkdir -p snapmla_ext && touch snapmla_ext/_C.stub.so && echo "$PWD $NVCC_APPEND_FLAGS" >> "$STUB_LOG/builds"; exit 0
+fi
+if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then exit 0; fi
+if [ "$1" = "-m" ] && [ "$2" = "pytest" ]; then echo "3 passed (split ${SNAPMLA_FORCE_SPLIT:-default})"; exit 0; fi
+if [ "$1" = "bench/bench_decode.py" ]; then
+  out=""; prev=""; for a in "$@"; do [ "$prev" = "--out" ] && out=$a; prev=$a; done
+  mkdir -p "$out"
+  n=$(cat "$STUB_LOG/bench_runs" 2>/dev/null || echo 0); echo $((n + 1)) > "$STUB_LOG/bench_runs"
+  split=${SNAPMLA_FORCE_SPLIT:-132}
+  # round 0 of every variant is 10 us slower than the later rounds: the table must take the fastest round
+  case "$out" in *round_0*) slow=10 ;; *) slow=0 ;; esac
+  echo "{\"results\": [{\"name\": \"case_a\", \"us\": $((100 + split - 132 + slow))}], \"rev\": \"$SNAPMLA_GIT_REV\"}" \
+    > "$out/bench_decode_$n.json"
+  exit 0
+fi
+exec "$REAL_PYTHON" "$@"
+"""
+
+
+@pytest.fixture
+def sandbox(tmp_path):
+    if shutil.which("bash") is None or shutil.which("tar") is None:
+        pytest.skip("needs bash and tar")
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "tools" / "device").mkdir(parents=True)
+    for f in ("bench_variants.sh", "device_env.sh"):
+        shutil.copy(os.path.join(ROOT, "tools", "device", f), repo / "tools" / "device" / f)
+    shutil.copy(os.path.join(ROOT, "scripts", "host_compiler.sh"), repo / "scripts" / "host_compiler.sh")
+    (repo / "csrc").mkdir()
+    (repo / "csrc" / "kernel.cu").write_text("// stub\n")
+    stub_dir = tmp_path / "bin"
+    stub_dir.mkdir()
+    stub = stub_dir / "python3"
+    stub.write_text(STUB)
+    stub.chmod(0o755)
+    log = tmp_path / "log"
+    log.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, PATH=f"{stub_dir}{os.pathsep}{os.environ['PATH']}", REAL_PYTHON=sys.executable,
+               STUB_LOG=str(log), OUT=str(out), SNAPMLA_VARIANT_ROUNDS="3", SNAPMLA_VARIANT_DIR=str(tmp_path / "v"))
+    env.pop("SNAPMLA_FORCE_SPLIT", None)
+    return repo, env, log, out
+
+
+def test_rounds_reuse_and_environment(sandbox):
+    repo, env, log, out = sandbox
+    env["SNAPMLA_VARIANTS"] = "base:.:;split:@base::SNAPMLA_FORCE_SPLIT=142;dbg:.:-DSNAPMLA_TRACE_CTA"
+    r = subprocess.run(["bash", "tools/device/bench_variants.sh"], cwd=repo, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    builds = (log / "builds").read_text().splitlines()
+    assert len(builds) == 2, builds  # "split" runs base's build
+    assert any(b.endswith("-DSNAPMLA_TRACE_CTA") for b in builds)
+    assert int((log / "bench_runs").read_text()) == 1 + 3 * 3  # the warm-up, then 3 rounds of 3 variants
+    assert "split tests: 3 passed (split 142)" in r.stdout
+    assert "base tests: 3 passed (split default)" in r.stdout
+    # fastest round: base 100 us, split 110 us (ratio 100 / 110 = 0.91), dbg 100 us
+    row = next(line for line in r.stdout.splitlines() if line.startswith("case_a"))
+    assert "100.0 (1.00x) [110/100/100]" in row and "110.0 (0.91x) [120/110/110]" in row, row
+    saved = [f for f in os.listdir(out) if f.startswith("bench_variants_")]
+    assert len(saved) == 1
+    data = json.load(open(out / saved[0]))
+    assert data["baseline"] == "base"
+    assert data["fastest_us"] == {"base": {"case_a": 100}, "split": {"case_a": 110}, "dbg": {"case_a": 100}}
+    assert data["rounds_us"]["split"]["case_a"] == [120, 110, 110]

@@ -1,0 +1,27 @@
+"""The microbenchmarks of tools/microbench/ compile for sm_90a (CPU; nvcc only) without spills, and ptxas keeps
+their WGMMAs as written: a microbenchmark whose WGMMAs ptxas serialised (C7520) or fenced (C7519) would time
+something else than the kernels' issue patterns (the first mixed test of wgmma_rate.cu did, 2026-12-01).
+The probe wgmma_fp8_accumulation.cu has its own test (test_qk_accumulation_model.py)."""
+
+import os
+import subprocess
+
+import pytest
+
+from utils.cuda_tools import nvcc_or_skip
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.parametrize("name", ["wgmma_rate.cu", "wgmma_pv_ring.cu"])
+def test_microbench_compiles_without_serialised_wgmma(tmp_path, name):
+    src = os.path.join(ROOT, "tools", "microbench", name)
+    cmd = [nvcc_or_skip(), "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a", "-O3", "-I", os.path.join(ROOT, "csrc"),
+           "-Xptxas", "-v", "-o", str(tmp_path / "bench"), src]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    for code in ("C7519", "C7520"):
+        assert code not in res.stderr, res.stderr[-2000:]
+    assert " 0 bytes spill stores" in res.stderr and "bytes spill stores" in res.stderr, res.stderr[-2000:]
+    spills = [ln for ln in res.stderr.splitlines() if "bytes spill stores" in ln and " 0 bytes spill stores" not in ln]
+    assert not spills, spills

@@ -1,0 +1,39 @@
+"""tools/profile/sass_sizes.py's parsing of a cuobjdump listing (CPU, no extension needed): instruction offsets of an
+opcode with and without a predicate, the span from first to last, and the instruction count."""
+
+import pytest
+
+from utils.scripts import script_module
+
+# The shape of `cuobjdump -sass` output: offset comment, optional predicate, opcode, then the encoding line.
+SASS = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;                 /* 0x00000a0000017a02 */
+                                                                          /* 0x000fe40000000f00 */
+        /*0010*/                   STG.E desc[UR4][R2.64], R5 ;           /* 0x0000000502007986 */
+                                                                          /* 0x000fe2000c101904 */
+        /*0020*/               @P1 STG.E.64 desc[UR4][R12.64+0x100], R4 ; /* 0x0001000c0c001986 */
+                                                                          /* 0x000fe2000c101b04 */
+        /*0030*/              @!P2 STG.E desc[UR4][R12.64+0x80], R23 ;    /* 0x0000801c0c00a986 */
+                                                                          /* 0x000fe2000c101904 */
+        /*0040*/                   EXIT ;                                 /* 0x000000000000794d */
+"""
+
+
+@pytest.fixture(scope="module")
+def sizes():
+    with script_module("sass_sizes", "tools/profile") as mod:
+        yield mod
+
+
+def test_offsets_span_and_count(sizes):
+    assert sizes.offsets(SASS, "STG") == [0x10, 0x20, 0x30]
+    assert sizes.code_span(SASS, "STG") == (0x30 - 0x10 + 16, 3)
+    assert sizes.code_span(SASS, "UTMALDG") == (0, 0)
+    assert sizes.instruction_count(SASS) == 5
+
+
+def test_summary_names_each_decode_kernel(sizes):
+    functions = {"_ZN7snapmla4sm9010decode_fp825snapmla_decode_fp8_kernelI13__nv_fp8_e4m3EEvNS1_12KernelParamsE": SASS}
+    lines = sizes.summary(functions)
+    assert len(lines) == 1 and lines[0].startswith("snapmla_decode_fp8_kernel ")
+    assert "5 instructions" in lines[0] and "3 STG over" in lines[0]

@@ -1,0 +1,91 @@
+"""tools/trace/trace_blocks.py's reading of the -DSNAPMLA_TRACE_BLOCKS printf lines (CPU): lines of 16 stamps
+relative to a base, blocks mapped to warpgroup n % 2, the first traced call only, and the per-block latency /
+starve / work on a synthetic CTA whose answers are known."""
+
+
+import pytest
+
+from utils.scripts import script_module
+
+UNUSED = 0xFFFFFFFF
+
+
+@pytest.fixture(scope="module")
+def tb():
+    with script_module("trace_blocks", "tools/trace") as mod:
+        yield mod
+
+
+def _lines(kernel, x, y, sm, role, base, stamps):
+    out = []
+    for i in range(0, len(stamps), 16):
+        v = stamps[i:i + 16] + [UNUSED] * (16 - len(stamps[i:i + 16]))
+        out.append(f"blocktrace {kernel} {x} {y} {sm} {role} {base} {i} " + " ".join(str(t) for t in v))
+    return out
+
+
+def _cta(y, base, n_blocks, slow_block=None):
+    """Producer issues block n at 1000 n ns; it arrives 400 ns later; each block's work is 1500 ns, 9000 for
+    slow_block; warpgroup n % 2 owns block n (so a warpgroup's blocks are 2000 ns apart when nothing is slow)."""
+    issue = [1000 * n for n in range(n_blocks)]
+    own = {0: [], 1: []}
+    end = {0: 0, 1: 0}
+    for n in range(n_blocks):
+        wg = n % 2
+        arrival = max(issue[n] + 400, end[wg])
+        e = arrival + (9000 if n == slow_block else 1500)
+        own[wg] += [arrival, e]
+        end[wg] = e
+    lines = _lines("any", 0, y, 7 + y, "prod", base, issue)
+    for wg in (0, 1):
+        lines += _lines("narrow", 0, y, 7 + y, f"math{wg}", base, own[wg])
+    return lines
+
+
+def test_parse_maps_blocks_to_warpgroups(tb):
+    text = "\n".join(["blocktrace any 0 9 1 prod 5 0 1 2", "=== traced call 1"] + _cta(0, 10**9, 20)
+                     + ["=== traced call 2"] + _cta(0, 2 * 10**9, 20, slow_block=3))
+    ctas, dropped = tb.parse(text)
+    assert list(ctas) == [(0, 0)] and dropped == 0  # the warm-up line and the second call are ignored
+    c = ctas[(0, 0)]
+    assert c.kernel == "narrow" and c.sm == 7 and len(c.issue) == 20  # two lines of the producer, 16 + 4
+    rows = tb.per_block(c)
+    assert [r[0] for r in rows] == list(range(20))
+    assert all(lat == 400 for _, lat, _, _ in rows) and all(wk == 1500 for *_, wk in rows)
+    # a warpgroup's blocks arrive 2000 ns apart and take 1500: it waits 500 ns for each but its first
+    assert [st for _, _, st, _ in rows[:4]] == [None, None, 500, 500]
+
+
+def test_slow_block_is_named_first(tb, capsys):
+    text = "\n".join(["=== traced call 1"] + _cta(0, 10**9, 20) + _cta(1, 10**9 + 50, 20, slow_block=6))
+    tb.summarize("case", text)
+    out = capsys.readouterr().out
+    assert "narrow kernel, 2 CTAs with traced blocks" in out
+    assert "median per block: latency 0.40" in out and "work 1.50 us" in out
+    lines = out.splitlines()
+    first_cta = next(ln for ln in lines if ln.strip().startswith("cta "))
+    assert first_cta.strip().startswith("cta (0, 1) on SM 8")  # the CTA with the slow block ends last
+    # The slow block's CTA by 16-block windows: its first 16 blocks at the medians; blocks 16-19 are reached late
+    # by a warpgroup still behind from block 6's 9 us, so their latency (counted from the issue) grows to 2.65 us
+    # and their starve shrinks: the page waited for the math, not the math for the page.
+    windows = [ln.strip() for ln in lines if ln.strip()[:1].isdigit() and ln.split(":")[0].count("-") == 1]
+    assert windows == ["0- 15: 0.40 / 0.50 / 1.50", "16- 19: 2.65 / 0.25 / 1.50"], windows
+    lost = lines[lines.index(next(ln for ln in lines if "lost the most" in ln)) + 1]
+    assert lost.strip().startswith("6: 0.4/")  # block 6's 9 us of work
+    assert "/9.0" in lost.split()[1]
+
+
+def test_a_lost_line_drops_its_cta(tb, capsys):
+    lines = _cta(0, 10**9, 40) + _cta(1, 10**9, 40)
+    lost = next(i for i, ln in enumerate(lines) if ln.startswith("blocktrace any 0 1 ") and " prod " in ln
+                and ln.split()[7] == "16")  # CTA 1's producer stamps 16..31
+    text = "\n".join(["=== traced call 1"] + lines[:lost] + lines[lost + 1:])
+    ctas, dropped = tb.parse(text)
+    assert list(ctas) == [(0, 0)] and dropped == 1
+    tb.summarize("case", text)
+    assert "1 CTAs with traced blocks, 1 dropped: lines lost" in capsys.readouterr().out
+
+
+def test_summary_without_lines(tb, capsys):
+    tb.summarize("case", "=== traced call 1\nno kernel output")
+    assert "no blocktrace lines" in capsys.readouterr().out
