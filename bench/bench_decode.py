@@ -200,7 +200,8 @@ def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_ro
     # The call above let the launcher choose (kernel_choice.h); where the narrow kernel runs, it and the wide one
     # are also timed forced, on the same inputs in the same run, for the side-by-side ratio.
     forced = {}
-    if decode_kernel(case.s_q * case.h_q) == "narrow":
+    # (an extension without the choice ops, e.g. an older build timed by tools/device/bench_variants.sh: skipped)
+    if hasattr(torch.ops.snapmla, "decode_kernel") and decode_kernel(case.s_q * case.h_q) == "narrow":
         for kernel in ("narrow", "wide"):
             with forced_decode_kernel(kernel):
                 forced[kernel] = H.time_cold(fn)
