@@ -168,15 +168,15 @@ def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_ro
     # With FlashMLA importable, ours and FlashMLA's call alternate for `ab_rounds` rounds and each side keeps its
     # fastest: timed once each, ours came right after the previous case's FlashMLA run and was up to 17 % slower
     # than in a run without it (b64 h128 16k, H200, 2026-12-01).
-    # Each round is followed by the SM clock it left (harness.sm_clock_mhz): in earlier measurements table our
+    # Each round is followed by the SM clock it left (harness.sm_clock_mhz): in a measured table our
     # second round ran up to 20 % slower than the first at h_q 64 / 128 while FlashMLA's two agreed within 3 %.
     # ours_round_count (--ours-rounds) sets the count with or without FlashMLA: our rounds alone tell whether
-    # the spread between our rounds comes from the FlashMLA round between them (earlier measurements, Next steps
+    # the spread between our rounds comes from the FlashMLA round between them (Next steps
     # b). alloc_between (--alloc-between-rounds, without FlashMLA): FlashMLA's allocation of its BF16 cache, and
     # the emptied cache after it, between our rounds without its kernel, to tell the allocation from the kernel.
     # Each round is also sampled from NVML while it runs (bench/nvml_sampler.py: the SM clock, power, temperature
     # and clock-event reasons during the round; None where NVML is missing), since the clock after a round did
-    # not track our spread (earlier measurements).
+    # not track our spread.
     from bench import nvml_sampler as NV
 
     rounds = ours_round_count if ours_round_count is not None else (ab_rounds if fm is not None else 1)

@@ -8,7 +8,7 @@ follows an SM clock lowered by power or heat; that needs the clock *during* the 
 
 NVML is reached through ctypes on libnvidia-ml.so.1, which ships with the driver (the H200 machine has no pynvml).
 Without it, or without a GPU, or with SNAPMLA_NVML=0, `RoundSampler` records nothing and `summary()` is None:
-benchmarks run as before. Not yet run on the H200 (written after earlier measurements device time): the first
+benchmarks run as before. Not yet run on the H200: the first
 run should time a case with SNAPMLA_NVML=0 and =1 side by side.
 
     with RoundSampler() as s:

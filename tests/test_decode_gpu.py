@@ -32,7 +32,7 @@ BEGIN_REQ, BEGIN_BLOCK, END_REQ, END_BLOCK, BEGIN_SPLIT = range(5)
 @pytest.fixture(autouse=True)
 def poison_outputs(monkeypatch):
     monkeypatch.setenv("SNAPMLA_DEBUG_CHECKS", "1")
-    # Every case with q_rows <= 16 on the narrow kernel, forced (the automatic choice too since earlier measurements; before, it sent small ones to the wide kernel). tests/test_decode_kernel_gpu.py runs the wide
+    # Every case with q_rows <= 16 on the narrow kernel, forced (the automatic choice too; before 2026-12-01 it sent small ones to the wide kernel). tests/test_decode_kernel_gpu.py runs the wide
     # kernel on q_rows <= 16 against the narrow one.
     force_kernel("narrow")
     monkeypatch.delenv("SNAPMLA_FORCE_SPLIT", raising=False)
@@ -112,7 +112,7 @@ CASES = [
     ("b1_h1_64k", 1, 1, 1, [65536], False, None),
     ("b1_h128_sq2_32k_causal_forced", 1, 2, 128, [32768], True, FORCE),
     ("b16_h32_8k", 16, 1, 32, varlen(16, 8192, 4), False, None),
-    # s_q = 8 (docs/numerics_contract.md section 5: s_q from 1 to at least 8), added in earlier measurements without a GPU: 1024 query
+    # s_q = 8 (docs/numerics_contract.md section 5: s_q from 1 to at least 8), added: 1024 query
     # rows in 16 m-tiles with a split, and 128 rows of h_q = 16 with a request shorter than s_q.
     ("b3_sq8_h128_causal_forced", 3, 8, 128, [900, 64, 2000], True, FORCE),
     ("b2_sq8_h16_causal", 2, 8, 16, [700, 5], True, None),

@@ -169,13 +169,13 @@ def test_debug_tracers_are_compiled_out(sass_by_function):
 # Most bytes of SASS from a decode kernel's first global store to its last: the piece epilogue, where every o
 # store of both kernels is (piece_out.cuh). A CTA runs an epilogue once per piece, so each SM fetches these
 # instructions cold in the middle of the launch while the other SMs keep L2 and DRAM busy. With a 64-bit address
-# per store the wide epilogue was 38 KB (1.05-1.21x slower calls on the H200, earlier measurements, with 13-33 us
+# per store the wide epilogue was 38 KB (1.05-1.21x slower calls on the H200, with 13-33 us
 # epilogues in the traces); with the slab pointer it is 12.3 KB. The narrow one had one copy of its merge and
-# stores per warpgroup (34 KB, then 19 KB); with the warpgroup chosen at run time it is 6.2 KB (earlier measurements).
+# stores per warpgroup (34 KB, then 19 KB); with the warpgroup chosen at run time it is 6.2 KB.
 EPILOGUE_CODE_BUDGET = {"snapmla_decode_fp8_kernel": 16 * 1024, "snapmla_decode_fp8_narrow_kernel": 10 * 1024,
                         "snapmla_decode_fp8_ws_kernel": 16 * 1024}
-# The same rule for the whole kernel (earlier measurements, 2026-12-01: 5136 and 2496 instructions after the rolled
-# producer loop, the narrow kernel's one block body and one merge copy; 8000 and 7128 before earlier measurements). Unrolled code that runs once per block, piece or request end is fetched cold by every SM. The ws
+# The same rule for the whole kernel (2026-12-01: 5136 and 2496 instructions after the rolled
+# producer loop, the narrow kernel's one block body and one merge copy; 8000 and 7128). Unrolled code that runs once per block, piece or request end is fetched cold by every SM. The ws
 # kernel: 3952 at its first build (2026-12-03).
 KERNEL_INSTRUCTION_BUDGET = {"snapmla_decode_fp8_kernel": 6000, "snapmla_decode_fp8_narrow_kernel": 3200,
                              "snapmla_decode_fp8_ws_kernel": 4500}

@@ -3,11 +3,11 @@
 // kernel's launch and prologue (barrier init, tensor-map prefetch) overlap the tail of the kernel before it;
 // each kernel waits (griddep_wait) before its first global access, so results are bit-identical to plain
 // launches. Inside a CUDA-graph capture the attribute becomes a programmatic edge.
-// On by default since 2026-12-01 (earlier measurements); SNAPMLA_PDL=0 turns it off (read per call, so tests and
+// On by default since 2026-12-01; SNAPMLA_PDL=0 turns it off (read per call, so tests and
 // benchmarks compare both in one process). Measured on the H200 against plain launches, in rounds in one call,
 // twice: 1.01-1.04x at b = 4 / 16 / 64 / 128 (h_q 16 / 64 / 128,
 // s_q 1 / 2, varlen), 0.98x at b = 1 h_q 16 (20.4 -> 20.8 us) and 0.98-1.00x at b = 1 h_q 64, 1.02-1.03x at b = 1
-// h_q 128. Before the compact epilogues and the code cuts (earlier measurements) it was 0.88-0.90x at b = 1.
+// h_q 128. Before the compact epilogues and the code cuts it was 0.88-0.90x at b = 1.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -17,7 +17,7 @@
 #   SNAPMLA_VARIANT_TESTS="tests/test_decode_kernel_gpu.py" (default), SNAPMLA_VARIANT_CASES="" (bench_decode
 #   --cases substring; default: --quick), SNAPMLA_GIT_REV (recorded in the JSON),
 #   SNAPMLA_VARIANT_ROUNDS=2 (default): the variants' benchmarks run in rounds (A B C, A B C, ...) and the table
-#   takes each variant's fastest round per case. One round in variant order was biased: on 2026-12-01 (earlier measurements) the first variant ran up to 16 % slower than an identical second one (GPU clocks settling).
+#   takes each variant's fastest round per case. One round in variant order was biased: on 2026-12-01 the first variant ran up to 16 % slower than an identical second one (GPU clocks settling).
 #   SNAPMLA_VARIANT_WARMUP=1 (default) runs the first variant's benchmark once more before the rounds, unrecorded.
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -4,13 +4,13 @@
 //   ring of 4 n16:  4 column slices of 16 rows per m-tile (2 RS m64n16k32 each, one commit group) into a ring
 //                   of 4 accumulators of 8 registers, wait_group 3, an 8-FFMA fold per slice
 //                   (wide_pv_slice_ring.patch, in git at f70abf5: 0.79-0.84x of main in the kernel);
-//   ring of 2 n32:  2 slices of 32 rows, a ring of 2 accumulators of 16, wait_group 1 (earlier measurements
+//   ring of 2 n32:  2 slices of 32 rows, a ring of 2 accumulators of 16, wait_group 1 (the kernel variant
 //                   "32-row halves", 0.96-1.00x of main in the kernel).
 // Each m-tile's fold is FFMAs into a 32-register O tile with per-column scales, as in the kernel. The A
 // fragments are fixed registers (values do not change the tensor cores' timing); B is zeros in shared memory.
 // Question it answers: does a deeper queue of smaller WGMMAs with the same 32 accumulator registers shorten an
-// m-tile (the kernel's PV was ~400 traced cycles per m-tile for 64 cycles of tensor work, earlier measurements)?
-// Answer (H200, earlier measurements): no. Alone 150.4 / 148.4 / 159.6 cycles per m-tile (main / ring of 4 n16 /
+// m-tile (the kernel's PV was ~400 traced cycles per m-tile for 64 cycles of tensor work)?
+// Answer (H200): no. Alone 150.4 / 148.4 / 159.6 cycles per m-tile (main / ring of 4 n16 /
 // ring of 2 n32); next to QK groups 246.6 / 359.5 / 358.1.
 //   build: nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -I csrc -o /tmp/wgmma_pv_ring \
 //            tools/microbench/wgmma_pv_ring.cu

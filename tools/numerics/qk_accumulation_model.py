@@ -17,15 +17,15 @@ fraction bits and an fp32 result. Promotion every g steps: a fresh accumulator p
 
     PYTHONPATH=. python3 tools/numerics/qk_accumulation_model.py        (CPU, ~1 min)
 
-Result (2026-12-01, earlier measurements; a helper's bit-level probe first found it):
+Result (2026-12-01; a bit-level probe first found it):
 - the far-above case: -0.3 to -0.5 nats without promotion (the measured size; the model says the kernel's lse
   is low); every 4 steps ~-0.05, every 2 ~-0.02, every step ~-0.004;
 - the heavy-tailed layer: 5.9e-3 without promotion (measured 5.9e-3), 1.7e-3 every 4 steps, 1.5e-3 every 2 and
   every step: each step's own 14-bit result keeps it above 1e-3 whatever the promotion.
-Channel orders (earlier measurements): gathering the largest-|k| channels into one k-step, or sorting them, does
+Channel orders: gathering the largest-|k| channels into one k-step, or sorting them, does
 not help the kernels' chains (every 8: 2.25e-3 as is, 3.1-4.1e-3 reordered; every 4: 1.74e-3 as is, 1.58-2.39e-3
 reordered); only with a chain per k-step does it reach 1.02e-3 (from 1.46e-3). So the order is not the lever.
-Outlier channels in BF16 (earlier measurements, `outlier_format_errors`): a format that keeps the k largest content
+Outlier channels in BF16 (`outlier_format_errors`): a format that keeps the k largest content
 channels (8 are outliers in this layer) in BF16 beside RoPE, the FP8 scale taken over the rest. Accumulation error
 (the contract's 1e-3) with chains of 8 / 4 / 2 k-steps: k = 0 2.25e-3 / 1.74e-3 / 1.48e-3; k = 8 2.73e-3 / 1.12e-3 /
 5.6e-4 (3.7e-4 with a chain per step); k = 16 3.09e-3 / 1.25e-3; k = 32 2.75e-3 / 1.22e-3. Against float64 the

@@ -2,7 +2,7 @@
 
 Why: a CTA runs its piece epilogue once per piece and its masked block body once per request end, so an SM
 fetches those instructions cold in the middle of a launch, from an L2 busy with the other SMs' page stream. The
-earlier measurements traced 13-33 us epilogues to that and won 1.05-1.21x by shrinking one (docs/design.md
+traces measured 13-33 us epilogues to that and won 1.05-1.21x by shrinking one (docs/design.md
 ). This prints, per kernel, its instruction count and the spans that matter:
     python3 tools/profile/sass_sizes.py [path to _C*.so or a .o]    (default: the built snapmla_ext/_C*.so)
   kernel  instructions  KB  | stores: first-last STG span | TMA: first-last UTMALDG span | QGMMA / HGMMA counts

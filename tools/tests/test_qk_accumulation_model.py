@@ -43,8 +43,8 @@ def test_small_integers_are_exact_and_the_result_keeps_14_bits(model):
 
 def test_model_reproduces_the_h200_far_above_error(model):
     """Measured on the H200 (test_block_far_above_the_others), kernel - reference at lse 86 / 108 / 94: one chain
-    of 16 k-steps -0.37 / -0.52 / -0.46 nats; since earlier measurements the wide kernel's two chains of 8
-    -0.13 / -0.20 / -0.13 and the narrow kernel's four chains of 4 -0.05 / -0.06 / -0.06; since earlier measurements the narrow kernel's eight chains of 2 -0.016 / -0.019 / -0.019. The model gives the same sizes and
+    of 16 k-steps -0.37 / -0.52 / -0.46 nats; since 2026-12-01 the wide kernel's two chains of 8
+    -0.13 / -0.20 / -0.13 and the narrow kernel's four chains of 4 -0.05 / -0.06 / -0.06; since 2026-12-01 the narrow kernel's eight chains of 2 -0.016 / -0.019 / -0.019. The model gives the same sizes and
     signs on inputs of the same kind (not the test's own inputs)."""
     for block in (0, 7, 15):
         q, kv = model.far_above_case(block)
@@ -57,8 +57,8 @@ def test_model_reproduces_the_h200_far_above_error(model):
 
 def test_model_reproduces_the_h200_heavy_tailed_error(model):
     """Measured on the H200 (tests/test_numerics.py, the heavy-tailed layer, the wide kernel): 5.9e-3 nats with
-    one chain of 16 k-steps (2026-11-29), 2.2488e-3 with the two chains of 8 that mainloop.cuh issues since the
-    earlier measurements (2026-12-01). The model gives 2.2487e-3 for the second."""
+    one chain of 16 k-steps (2026-11-29), 2.2488e-3 with the two chains of 8 that mainloop.cuh issues since
+    2026-12-01. The model gives 2.2487e-3 for the second."""
     cfg = SyntheticConfig(seqlen=1000, num_queries=2, num_heads=64)
     layer = synthetic_layer(cfg, 7)
     q = layer.q.reshape(-1, layer.q.shape[-1])

@@ -2,7 +2,7 @@
 
 With printf inside the decode kernels, ptxas serialised every WGMMA of a trace build (C7510, "wgmma pipeline
 crossing function boundary"): the wide kernel then waited after each of its WGMMAs, and its phase traces
-measured that (earlier measurements). The tracers now hand their lines to trace/sink.cuh, printed by a separate
+measured that. The tracers now hand their lines to trace/sink.cuh, printed by a separate
 kernel. These tests compile the trace builds and check that ptxas keeps the WGMMAs as written and that the trace
 build has as many WGMMA waits as the default build."""
 

@@ -45,7 +45,7 @@ struct ColState {
 // loses bits against its growing sum; where all 512 products of a dominant logit have the same sign this was
 // 0.37-0.52 nats of lse at lse ~100 (tests/test_decode_kernel_gpu.py test_block_far_above_the_others);
 // 4 chains of 4: -0.05..-0.06 nats. 8 chains of 2 (8 registers each, 0 spills): -0.016..-0.019 nats (H200,
-// earlier measurements), 0.99-1.01x side by side at b = 1 / 4 / 16 / 64 / 128. The model
+// 2026-12-01), 0.99-1.01x side by side at b = 1 / 4 / 16 / 64 / 128. The model
 // (tools/numerics/qk_accumulation_model.py) says 1.48e-3 (from 1.74e-3) on the heavy-tailed layer, and 5.6e-4 with the
 // outlier-channel format of docs/design.md (Open problems).
 inline constexpr int QK_CHAINS = 8;

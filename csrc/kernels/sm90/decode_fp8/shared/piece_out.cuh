@@ -5,7 +5,7 @@
 // Why it matters: with a 64-bit address built per store (both branches, 64 stores per thread) the wide kernel's
 // stores spanned 41.7 KB of SASS and the narrow one's 34.7 KB (first to last STG), out of 128 / 114 KB. A CTA runs an epilogue once per
 // piece, so each SM fetched those instructions cold, mid-launch, while the other SMs kept L2 and DRAM busy: the
-// 13-33 us piece epilogues of the traces (docs/design.md, earlier measurements).
+// 13-33 us piece epilogues of the traces (docs/design.md).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +25,7 @@ struct PieceOut {
 
 // split: the piece's index among the request's pieces (schedule.cuh piece_split). Reads num_splits[req] and
 // num_splits[req + 1]: call it early in an epilogue, every store address waits for these two loads (mid-launch
-// they queue behind the page stream, ~4-5 us; docs/design.md, earlier measurements).
+// they queue behind the page stream, ~4-5 us; docs/design.md).
 __device__ __forceinline__ PieceOut piece_out(const DecodeParams& p, int req, int split) {
   const int split_begin = p.num_splits[req];
   // <= 1, not == 1: hand-built metadata (vLLM's batch-invariant mode) may leave num_splits all zero; such a

@@ -4,8 +4,7 @@
 // printf is a function call, and a call anywhere in a kernel with WGMMAs makes ptxas serialise every WGMMA of
 // that kernel (C7510, "wgmma pipeline crossing function boundary"). The wide kernel's trace builds had a wait
 // after each WGMMA (68 WARPGROUP.DEPBAR against 25), so the QK's 20 WGMMAs and each PV m-tile's two ran one by one
-// and the phase traces of earlier measurements measured that, not the kernel (found in the
-// earlier measurements review; docs/design.md). tools/tests/test_trace_builds.py compiles
+// and the phase traces measured that, not the kernel (docs/design.md). tools/tests/test_trace_builds.py compiles
 // the trace builds and checks there is no C7510.
 // Lines print in the formats the scripts parse (tools/trace/trace_cta.py, tools/trace/trace_blocks.py, the
 // `trace cta` lines, tools/trace/trace_cta.py); a line past TRACE_LINES is dropped and counted.
