@@ -23,6 +23,11 @@ def _append_kv_fake(kv_cache, kv, slots):
     return None
 
 
+@torch.library.register_fake("snapmla::append_kv_parts")
+def _append_kv_parts_fake(kv_cache, kv_c, k_pe, slots):
+    return None
+
+
 @torch.library.register_fake("snapmla::fetch_dequant_slots")
 def _fetch_dequant_slots_fake(kv_cache, slots):
     return kv_cache.new_empty((slots.shape[0], L.D_QK), dtype=torch.bfloat16)

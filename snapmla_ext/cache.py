@@ -94,6 +94,27 @@ def write_tokens(data: torch.Tensor, page: torch.Tensor, offset: torch.Tensor, c
         scale_view(data)[page, offset] = scale.to(torch.float32)
 
 
+# What an engine needs to size and allocate its cache (one tensor per layer): csrc/kv_layout.h is the source.
+CACHE_DTYPE = torch.uint8
+TOKEN_BYTES = L.TOKEN_BYTES  # 644: 512 B FP8 content + 128 B BF16 RoPE + 4 B fp32 scale
+PAGE_BLOCK_SIZE = L.PAGE_BLOCK_SIZE  # 64 tokens per page (the block_table unit)
+PAGE_BYTES = L.PAGE_BYTES  # 41216 = 64 * 644
+
+
+def allocate_kv_cache(num_blocks: int, device="cuda", page_shape=(PAGE_BYTES,)) -> torch.Tensor:
+    """A zeroed (num_blocks, *page_shape) uint8 cache for one layer, accepted as `k_cache` by the decode and the
+    KV-write ops. page_shape is the engine's per-page view: (41216,) (default), (64, 644), (64, 1, 644) or
+    (1, 41216); its product must be 41216. A (.., 644) row is not a token's bytes (docs/kv_cache_format.md):
+    write the cache only with append_kv / append_kv_parts."""
+    if not isinstance(num_blocks, int) or num_blocks <= 0:
+        raise ValueError(f"num_blocks must be a positive int, got {num_blocks!r}")
+    page_shape = tuple(int(d) for d in page_shape)
+    if math.prod(page_shape) != PAGE_BYTES or any(d <= 0 for d in page_shape):
+        raise ValueError(f"page_shape must have positive dims whose product is {PAGE_BYTES} (bytes per page), "
+                         f"got {page_shape}")
+    return torch.zeros((num_blocks, *page_shape), dtype=CACHE_DTYPE, device=device)
+
+
 class SnapMLAKVCache:
     """Paged FP8 latent KV cache for one layer: `num_blocks` pages of 64 tokens, 644 B per token.
 

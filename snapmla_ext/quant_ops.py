@@ -53,6 +53,23 @@ def append_kv(k_cache: CacheLike, kv: torch.Tensor, slots: torch.Tensor) -> None
         reference.append_kv(data, kv, slots)
 
 
+def append_kv_parts(k_cache: CacheLike, kv_c: torch.Tensor, k_pe: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """append_kv from the two tensors an engine holds (vLLM's concat_and_cache_mla inputs), read in place: the
+    same bytes as append_kv(k_cache, torch.cat([kv_c, k_pe], -1), slot_mapping) without the concatenation.
+
+    kv_c:         (n, 512) bfloat16, the latent rows (last dim contiguous, rows 16-byte aligned on CUDA).
+    k_pe:         (n, 64) or (n, 1, 64) bfloat16, the rotary part of the key (the same layout rules).
+    slot_mapping: (n,) int32 or int64, page * 64 + offset; -1 (any negative slot) skips its row.
+    """
+    if isinstance(k_pe, torch.Tensor) and k_pe.dim() == 3 and k_pe.shape[1] == 1:
+        k_pe = k_pe.squeeze(1)  # vLLM's key rope (n, 1, 64): a view
+    data = as_cache_tensor(k_cache)
+    if data.device.type == "cuda":
+        load_ops().append_kv_parts(data, kv_c, k_pe, slot_mapping)
+    else:
+        reference.append_kv(data, torch.cat([kv_c, k_pe], dim=-1), slot_mapping)
+
+
 def fetch_dequant(
     k_cache: CacheLike,
     slots: Optional[torch.Tensor] = None,

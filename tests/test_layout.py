@@ -140,3 +140,23 @@ def test_decode_constants_match_the_kernel_headers():
     assert re.search(r"SCHED_META_INTS = (\d+),", sched).group(1) == str(decode_ops.SCHED_META_INTS)
     overhead = re.search(r"PIECE_OVERHEAD_BLOCKS = (\d+);", sched).group(1)
     assert overhead == "5"  # tests/test_sched.py's OVERHEAD mirrors it
+
+
+@pytest.mark.parametrize("page_shape", [(L.PAGE_BYTES,), (64, 644), (64, 1, 644), (1, L.PAGE_BYTES)])
+def test_allocate_kv_cache_views_are_accepted(page_shape):
+    """The engine-facing allocation: every documented page view is a cache the ops accept (as_cache_tensor)."""
+    from snapmla_ext.cache import CACHE_DTYPE, PAGE_BYTES, TOKEN_BYTES, allocate_kv_cache, as_cache_tensor
+
+    assert (TOKEN_BYTES, PAGE_BYTES, CACHE_DTYPE) == (644, 64 * 644, torch.uint8)
+    cache = allocate_kv_cache(3, "cpu", page_shape)
+    assert cache.shape == (3, *page_shape) and cache.dtype == torch.uint8 and not cache.any()
+    assert as_cache_tensor(cache).shape == (3, PAGE_BYTES)
+
+
+@pytest.mark.parametrize("num_blocks,page_shape,match", [(0, (41216,), "num_blocks must be a positive int, got 0"),
+                                                         (2, (64, 643), r"product is 41216 \(bytes per page\), got \(64, 643\)")])
+def test_allocate_kv_cache_rejects(num_blocks, page_shape, match):
+    from snapmla_ext.cache import allocate_kv_cache
+
+    with pytest.raises(ValueError, match=match):
+        allocate_kv_cache(num_blocks, "cpu", page_shape)

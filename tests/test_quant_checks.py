@@ -130,6 +130,49 @@ def test_append_device(requires_ext):
     _raises(r"kv_cache must be a CUDA tensor, got a tensor on cpu", requires_ext.append_kv, _cache(), _kv(), _slots())
 
 
+def _kv_c(n=3):
+    return torch.zeros(n, L.D_CONTENT, dtype=torch.bfloat16)
+
+
+def _k_pe(n=3):
+    return torch.zeros(n, L.D_ROPE, dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("match,args", [
+    (r"kv_cache must have dtype Byte, got Char", lambda: (_cache(dtype=torch.int8), _kv_c(), _k_pe(), _slots())),
+    (rf"kv_cache.shape\[1\] must be {PAGE}, got 1024",
+     lambda: (torch.zeros(2, 1024, dtype=torch.uint8), _kv_c(), _k_pe(), _slots())),
+    (r"slots must have dtype Int or Long, got Float", lambda: (_cache(), _kv_c(), _k_pe(), _slots(dtype=torch.float32))),
+    (r"kv_c must have dtype BFloat16, got Half", lambda: (_cache(), _kv_c().half(), _k_pe(), _slots())),
+    (r"kv_c.shape\[1\] must be 512, got 576", lambda: (_cache(), _kv(), _k_pe(), _slots())),
+    (r"kv_c must have 2 dimensions, got 3", lambda: (_cache(), _kv_c().unsqueeze(1), _k_pe(), _slots())),
+    (r"k_pe must have dtype BFloat16, got Float", lambda: (_cache(), _kv_c(), _k_pe().float(), _slots())),
+    (r"k_pe.shape\[1\] must be 64, got 32", lambda: (_cache(), _kv_c(), _k_pe()[:, :32], _slots())),
+    (r"k_pe must be contiguous in its last dimension",
+     lambda: (_cache(), _kv_c(), torch.zeros(64, 3, dtype=torch.bfloat16).t(), _slots())),
+    (r"k_pe: stride\(0\) = \d+ elements must be a multiple of 16 bytes",
+     lambda: (_cache(), _kv_c(), torch.zeros(3, 67, dtype=torch.bfloat16)[:, :64], _slots())),
+    (r"k_pe must have one row per row of kv_c \(3\), got 4", lambda: (_cache(), _kv_c(), _k_pe(4), _slots())),
+    (r"slots must have one entry per row of kv_c \(3\), got 5", lambda: (_cache(), _kv_c(), _k_pe(), _slots(5))),
+    (r"kv_cache must be a CUDA tensor, got a tensor on cpu", lambda: (_cache(), _kv_c(), _k_pe(), _slots())),
+])
+def test_append_kv_parts_checks(requires_ext, match, args):
+    """append_kv_parts (an engine's kv_c and k_pe): each message names its argument."""
+    _raises(match, requires_ext.append_kv_parts, *args())
+
+
+def test_append_kv_parts_cpu_matches_append_kv():
+    """The CPU path of quant_ops.append_kv_parts (the reference) writes what append_kv writes for the
+    concatenated rows, with vLLM's (n, 1, 64) k_pe and -1 slots skipped."""
+    g = torch.Generator().manual_seed(3)
+    kv = (torch.randn(5, L.D_QK, generator=g) * 3).to(torch.bfloat16)
+    slots = torch.tensor([3, -1, 64, 127, 0], dtype=torch.int64)
+    a, b = _cache(), _cache()
+    quant_ops.append_kv(a, kv[slots >= 0], slots[slots >= 0])
+    quant_ops.append_kv_parts(b, kv[:, : L.D_CONTENT], kv[:, L.D_CONTENT :].unsqueeze(1), slots)
+    assert torch.equal(a, b)
+
+
 # ---- fetch_dequant_slots ----
 def test_fetch_slots_cache_page_bytes(requires_ext):
     bad = torch.zeros(2, 64, dtype=torch.uint8)

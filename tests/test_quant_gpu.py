@@ -229,6 +229,31 @@ def test_append_all_skipped_and_empty():
     assert torch.equal(cache.data, before)
 
 
+@pytest.mark.parametrize("slot_dtype", SLOT_DTYPES)
+@pytest.mark.parametrize("layout", ["split_of_one_row", "separate", "k_pe_with_head_dim"])
+def test_append_kv_parts_equals_append_kv(slot_dtype, layout):
+    """vLLM's inputs (kv_c (n, 512), k_pe (n, 64) or (n, 1, 64), slot_mapping with -1 = skip) write the same
+    bytes as append_kv of the concatenated rows, into a NaN-poisoned cache; the split form reads both halves
+    of one (n, 576) tensor through their strides, as vLLM's kv_lora.split([512, 64], -1) hands them over."""
+    n, num_blocks = 301, 7
+    kv = make_kv_rows(n, seed=230).to(DEVICE)
+    slots = _slots_for(n, num_blocks * L.PAGE_BLOCK_SIZE, seed=231, dtype=slot_dtype).to(DEVICE)
+    slots[::17] = -1
+    if layout == "split_of_one_row":
+        kv_c, k_pe = kv.split([L.D_CONTENT, L.D_ROPE], dim=-1)
+    else:
+        kv_c, k_pe = kv[:, : L.D_CONTENT].contiguous(), kv[:, L.D_CONTENT :].contiguous()
+        if layout == "k_pe_with_head_dim":
+            k_pe = k_pe.unsqueeze(1)
+    got, want = SnapMLAKVCache(num_blocks, device=DEVICE), SnapMLAKVCache(num_blocks, device=DEVICE)
+    got.data.fill_(0xFF)
+    want.data.fill_(0xFF)  # 0xFF bytes: NaN in every part
+    ops().append_kv(want.data, kv, slots)
+    quant_ops.append_kv_parts(got.data, kv_c, k_pe, slots)
+    torch.cuda.synchronize()
+    assert_cache_equal(got.data, want.data, f"append_kv_parts {layout} {slot_dtype}")
+
+
 def test_append_via_cache_object():
     cache = SnapMLAKVCache(3, device=DEVICE)
     kv = make_kv_rows(50, seed=211)

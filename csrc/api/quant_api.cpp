@@ -76,40 +76,71 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> quantize_q(const at::Tensor& q) {
   return {qq.content, qq.rope, qq.scale};
 }
 
-void append_kv(at::Tensor& kv_cache, const at::Tensor& kv, const at::Tensor& slots) {
-  check_dtype(kv_cache, at::kByte, "kv_cache");
-  check_kv_cache_shape(kv_cache, "kv_cache");
-  check_dtype(kv, at::kBFloat16, "kv");
-  check_dtype_in(slots, {at::kInt, at::kLong}, "slots");
-  check_dim(kv, 2, "kv");
-  check_size(kv, 1, L::D_QK, "kv");
+namespace {
+
+// A (n, width) bf16 operand of Fused-K-Append: rows with contiguous elements, 16-B aligned for the kernel's loads.
+void check_append_rows(const at::Tensor& t, int64_t width, const char* name) {
+  check_dtype(t, at::kBFloat16, name);
+  check_dim(t, 2, name);
+  check_size(t, 1, width, name);
+  check_last_dim_contiguous(t, name);
+  check_16b_aligned_rows(t, name, "16-byte loads");
+}
+
+// The checks and the launch of both entry points: content rows (n, 512) and RoPE rows (n, 64), which may be the
+// two halves of one (n, 576) tensor.
+void append_rows(at::Tensor& kv_cache, const at::Tensor& content, const at::Tensor& rope, const at::Tensor& slots,
+                 const char* rows_name, const std::vector<const at::Tensor*>& inputs,
+                 const std::vector<const char*>& names) {
   check_dim(slots, 1, "slots");
-  TORCH_CHECK(slots.size(0) == kv.size(0), "slots must have one entry per row of kv (", kv.size(0), "), got ",
-              slots.size(0));
-  check_fits_int32(kv.size(0), "kv.shape[0]");
+  TORCH_CHECK(slots.size(0) == content.size(0), "slots must have one entry per row of ", rows_name, " (",
+              content.size(0), "), got ", slots.size(0));
+  check_fits_int32(content.size(0), rows_name);
   check_contiguous(kv_cache, "kv_cache");
-  check_last_dim_contiguous(kv, "kv");
-  check_16b_aligned_rows(kv, "kv", "16-byte loads");
   check_contiguous(slots, "slots");
   check_cuda(kv_cache, "kv_cache");
-  check_cuda(kv, "kv");
+  for (size_t k = 0; k < inputs.size(); ++k) check_cuda(*inputs[k], names[k]);
   check_cuda(slots, "slots");
-  check_same_device(kv, kv_cache, "kv", "kv_cache");
+  for (size_t k = 0; k < inputs.size(); ++k) check_same_device(*inputs[k], kv_cache, names[k], "kv_cache");
   check_same_device(slots, kv_cache, "slots", "kv_cache");
 
-  if (kv.size(0) == 0) return;
+  if (content.size(0) == 0) return;
   const c10::cuda::CUDAGuard guard(kv_cache.device());
   check_slots_in_range(slots, kv_cache.size(0));
   const quant::KAppendParams params{
-      .n = kv.size(0),
+      .n = content.size(0),
       .num_blocks = kv_cache.size(0),
-      .kv = reinterpret_cast<const __nv_bfloat16*>(kv.data_ptr()),
-      .kv_stride = kv.stride(0),
+      .content = reinterpret_cast<const __nv_bfloat16*>(content.data_ptr()),
+      .content_stride = content.stride(0),
+      .rope = reinterpret_cast<const __nv_bfloat16*>(rope.data_ptr()),
+      .rope_stride = rope.stride(0),
       .slots = slots.data_ptr(),
       .slots_int64 = slots.scalar_type() == at::kLong,
       .kv_cache = kv_cache.data_ptr<uint8_t>(),
   };
   quant::launch_k_append(params, at::cuda::getCurrentCUDAStream());
+}
+
+}  // namespace
+
+void append_kv(at::Tensor& kv_cache, const at::Tensor& kv, const at::Tensor& slots) {
+  check_dtype(kv_cache, at::kByte, "kv_cache");
+  check_kv_cache_shape(kv_cache, "kv_cache");
+  check_dtype_in(slots, {at::kInt, at::kLong}, "slots");
+  check_append_rows(kv, L::D_QK, "kv");
+  append_rows(kv_cache, kv, kv.narrow(1, L::D_CONTENT, L::D_ROPE), slots, "kv", {&kv}, {"kv"});
+}
+
+// vLLM's concat_and_cache_mla inputs: the latent kv_c (n, 512) and the rotary k_pe (n, 64), bf16, read in place.
+void append_kv_parts(at::Tensor& kv_cache, const at::Tensor& kv_c, const at::Tensor& k_pe, const at::Tensor& slots) {
+  check_dtype(kv_cache, at::kByte, "kv_cache");
+  check_kv_cache_shape(kv_cache, "kv_cache");
+  check_dtype_in(slots, {at::kInt, at::kLong}, "slots");
+  check_append_rows(kv_c, L::D_CONTENT, "kv_c");
+  check_append_rows(k_pe, L::D_ROPE, "k_pe");
+  TORCH_CHECK(k_pe.size(0) == kv_c.size(0), "k_pe must have one row per row of kv_c (", kv_c.size(0), "), got ",
+              k_pe.size(0));
+  append_rows(kv_cache, kv_c, k_pe, slots, "kv_c", {&kv_c, &k_pe}, {"kv_c", "k_pe"});
 }
 
 at::Tensor fetch_dequant_slots(const at::Tensor& kv_cache, const at::Tensor& slots) {
@@ -186,6 +217,7 @@ at::Tensor fetch_dequant_paged(const at::Tensor& kv_cache, const at::Tensor& blo
 TORCH_LIBRARY_FRAGMENT(snapmla, m) {
   m.def("quantize_q(Tensor q) -> (Tensor content, Tensor rope, Tensor scale)");
   m.def("append_kv(Tensor(a!) kv_cache, Tensor kv, Tensor slots) -> ()");
+  m.def("append_kv_parts(Tensor(a!) kv_cache, Tensor kv_c, Tensor k_pe, Tensor slots) -> ()");
   m.def("fetch_dequant_slots(Tensor kv_cache, Tensor slots) -> Tensor");
   m.def("fetch_dequant_paged(Tensor kv_cache, Tensor block_table, Tensor seqlens, int num_tokens) -> Tensor");
 }
@@ -194,6 +226,7 @@ TORCH_LIBRARY_FRAGMENT(snapmla, m) {
 TORCH_LIBRARY_IMPL(snapmla, CPU, m) {
   m.impl("quantize_q", &snapmla::quantize_q);
   m.impl("append_kv", &snapmla::append_kv);
+  m.impl("append_kv_parts", &snapmla::append_kv_parts);
   m.impl("fetch_dequant_slots", &snapmla::fetch_dequant_slots);
   m.impl("fetch_dequant_paged", &snapmla::fetch_dequant_paged);
 }
@@ -201,6 +234,7 @@ TORCH_LIBRARY_IMPL(snapmla, CPU, m) {
 TORCH_LIBRARY_IMPL(snapmla, CUDA, m) {
   m.impl("quantize_q", &snapmla::quantize_q);
   m.impl("append_kv", &snapmla::append_kv);
+  m.impl("append_kv_parts", &snapmla::append_kv_parts);
   m.impl("fetch_dequant_slots", &snapmla::fetch_dequant_slots);
   m.impl("fetch_dequant_paged", &snapmla::fetch_dequant_paged);
 }

@@ -24,12 +24,16 @@ struct QQuantParams {
 };
 void launch_q_quant(const QQuantParams& params, cudaStream_t stream);
 
-// Fused-K-Append: n tokens, one warp each; slots outside [0, num_blocks * 64) are skipped.
+// Fused-K-Append: n tokens, one warp each; slots outside [0, num_blocks * 64) are skipped. The content and the
+// RoPE part of a row come through two pointers: one (n, 576) tensor (rope = kv + 512, the same stride) or an
+// engine's kv_c (n, 512) and k_pe (n, 64), read where they are (no concatenation pass).
 struct KAppendParams {
   int64_t n;
   int64_t num_blocks;
-  const __nv_bfloat16* kv;  // (n, 576) bf16, last dim contiguous, rows 16-B aligned
-  int64_t kv_stride;        // in elements
+  const __nv_bfloat16* content;  // (n, 512) bf16 rows, 16-B aligned
+  int64_t content_stride;        // in elements
+  const __nv_bfloat16* rope;     // (n, 64) bf16 rows, 16-B aligned
+  int64_t rope_stride;           // in elements
   const void* slots;        // (n,) int32 or int64
   bool slots_int64;
   uint8_t* kv_cache;        // (num_blocks, PAGE_BYTES) uint8

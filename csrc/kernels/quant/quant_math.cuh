@@ -58,13 +58,19 @@ __device__ __forceinline__ uint32_t float2_to_bf162(float lo, float hi) {
 
 // row: (576,) bf16, 16-B aligned (the host checks the base pointer and the row strides). Plain loads with the
 // default cache policy, so a q that the projection just wrote is served from L2.
-__device__ __forceinline__ RowChunks load_row(const __nv_bfloat16* row, int lane) {
-  const uint4* chunks = reinterpret_cast<const uint4*>(row);
+// content: (512,) bf16 and rope: (64,) bf16, each 16-B aligned: the two halves of a row from two tensors (an
+// engine's kv_c and k_pe), or of one row (load_row).
+__device__ __forceinline__ RowChunks load_row_parts(const __nv_bfloat16* content, const __nv_bfloat16* rope, int lane) {
+  const uint4* c = reinterpret_cast<const uint4*>(content);
   RowChunks r;
 #pragma unroll
-  for (int i = 0; i < CONTENT_CHUNKS_PER_LANE; ++i) r.content[i] = chunks[lane + i * WARP_SIZE];
-  r.rope = lane < ROPE_CHUNKS ? chunks[CONTENT_CHUNKS + lane] : make_uint4(0, 0, 0, 0);
+  for (int i = 0; i < CONTENT_CHUNKS_PER_LANE; ++i) r.content[i] = c[lane + i * WARP_SIZE];
+  r.rope = lane < ROPE_CHUNKS ? reinterpret_cast<const uint4*>(rope)[lane] : make_uint4(0, 0, 0, 0);
   return r;
+}
+
+__device__ __forceinline__ RowChunks load_row(const __nv_bfloat16* row, int lane) {
+  return load_row_parts(row, row + L::D_CONTENT, lane);
 }
 
 struct RowScale {
