@@ -1,7 +1,7 @@
 """Fake (meta) implementations of the decode-side operators, so torch.compile / make_fx can trace calls to them.
 
 They return tensors of the shapes, dtypes and devices the real operators return, without touching data.
-Imported by snapmla_ext.decode_ops after the compiled library (which defines the schemas) is loaded.
+Imported by snapmla_ext._ext right after the compiled library (which defines the schemas) is loaded.
 """
 
 import torch

@@ -1,6 +1,6 @@
 """Fake (meta) implementations of the quantization operators, so torch.compile can trace them.
 
-Import only after the extension is loaded (snapmla_ext.quant_ops does it): register_fake needs the operator
+Imported by snapmla_ext._ext right after the extension is loaded: register_fake needs the operator
 schemas that csrc/api/quant_api.cpp registers. Output shapes and dtypes mirror the C++ entry points.
 """
 

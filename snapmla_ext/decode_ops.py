@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import os
 from typing import Optional, Union
 
@@ -32,11 +31,15 @@ SCHED_META_INTS = 8  # int32 per tile_scheduler_metadata row; csrc/kernels/sched
 CPU_PLAN_SM_COUNT = 132  # SMs assumed when planning for CPU seqlens (H100 SXM / H200): the CPU plan mirrors a GPU's
 
 
-@functools.lru_cache(maxsize=None)
+_SM_COUNTS: dict = {}  # device -> SM count (a plain dict: torch.compile warns about traced lru_caches)
+
+
 def _sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return CPU_PLAN_SM_COUNT
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    if device not in _SM_COUNTS:
+        _SM_COUNTS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SM_COUNTS[device]
 
 
 def default_num_sm_parts(num_q_tokens_per_head_k: int, num_heads_k: int = 1, device="cuda") -> int:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from snapmla_ext._ext import extension_available, load_extension
+from snapmla_ext._ext import extension_available
 
 
 def _gpu_skip_reason():
@@ -39,5 +39,5 @@ def requires_ext():
 def reset_decode_kernel():
     """A test that forces a decode kernel (utils.kernel_choice.force_kernel) leaves the choice to auto again."""
     yield
-    if load_extension.cache_info().currsize:  # only when a test loaded the extension
+    if extension_available():
         torch.ops.snapmla.set_decode_kernel("auto")

@@ -11,7 +11,6 @@ import torch
 
 from snapmla_ext import layout as L
 from snapmla_ext import quant_ops, reference
-from snapmla_ext._ext import load_ops
 
 PAGE = L.PAGE_BYTES
 
@@ -246,7 +245,6 @@ def test_fetch_paged_device(requires_ext):
 def test_fake_impls_shapes(requires_ext):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    load_ops()  # registers the fakes
     with FakeTensorMode():
         q = torch.empty(3, 2, 16, L.D_QK, dtype=torch.bfloat16, device="cuda")
         content, rope, scale = torch.ops.snapmla.quantize_q(q)
