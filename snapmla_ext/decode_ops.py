@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from typing import Optional, Union
+from typing import NamedTuple, Optional, Union
 
 import torch
 
@@ -84,9 +84,13 @@ class SnapMLASchedMeta:
     """New-style scheduling metadata (FlashMLA's FlashMLASchedMeta): empty until the first
     flash_mla_with_kvcache call fills it, then reused by later calls (e.g. the other layers of a step).
 
-    Reuse it only while the shapes and the values of cache_seqlens stay the same (as FlashMLA requires); a call
-    with other shapes raises "metadata reused with other shapes". The values cannot be checked without a host
-    sync: a stale plan is safe (the kernel clamps, nothing is read out of bounds) but gives wrong results.
+    Reuse it only while the shapes and the values of cache_seqlens stay the same, as FlashMLA requires. A reuse
+    that would follow a stale plan raises instead of giving wrong results: other shapes ("metadata reused with
+    other shapes"), another cache_seqlens tensor or one written in place since the plan was made (its memory and
+    torch's version counter are compared; the values themselves would need a host sync), and a plan made
+    outside a CUDA-graph capture used inside one or the reverse (a captured plan follows new lengths only on
+    replay). Under torch.compile tracing only the shapes are checked (the metadata is then normally made in
+    the compiled function).
     """
 
     @dataclasses.dataclass(frozen=True)
@@ -103,6 +107,7 @@ class SnapMLASchedMeta:
     config: Optional[Config] = None
     tile_scheduler_metadata: Optional[torch.Tensor] = None  # (num_sm_parts, 8) int32
     num_splits: Optional[torch.Tensor] = None  # (b + 1,) int32
+    planned_from: Optional["_PlanSource"] = None  # the cache_seqlens the plan was made from; None when traced
 
 
 def _old_style_metadata(
@@ -173,6 +178,7 @@ def _metadata_from_sched_meta(
         meta, splits = load_ops().get_mla_metadata(cache_seqlens, s_q * h_q, 1, num_sm_parts)
         sched_meta.config = SnapMLASchedMeta.Config(b, s_q, h_q, causal, num_sm_parts, cache_seqlens.device)
         sched_meta.tile_scheduler_metadata, sched_meta.num_splits = meta, splits
+        sched_meta.planned_from = _plan_source(cache_seqlens)
         sched_meta.have_initialized = True
         return meta, splits
     cfg = sched_meta.config
@@ -183,7 +189,35 @@ def _metadata_from_sched_meta(
             f"(b={b}, s_q={s_q}, h_q={h_q}, causal={causal}, device={cache_seqlens.device}); "
             "call get_mla_metadata() again"
         )
+    now, then = _plan_source(cache_seqlens), sched_meta.planned_from
+    if now is not None and then is not None and now != then:
+        if now.capturing != then.capturing:
+            where = {True: "inside", False: "outside"}
+            why = (f"it was filled {where[then.capturing]} a CUDA-graph capture and this call is "
+                   f"{where[now.capturing]} one (a captured plan follows new lengths only on replay)")
+        elif now.tensor != then.tensor:
+            why = "cache_seqlens is another tensor than the one it was planned from"
+        else:
+            why = f"cache_seqlens was written in place since it was planned (version {then.version} -> {now.version})"
+        raise ValueError(f"tile_scheduler_metadata: stale metadata: {why}; call get_mla_metadata() again for each "
+                         "new set of lengths")
     return sched_meta.tile_scheduler_metadata, sched_meta.num_splits
+
+
+class _PlanSource(NamedTuple):
+    tensor: tuple  # cache_seqlens' (data_ptr, shape, strides)
+    version: int  # its in-place version counter
+    capturing: bool  # a CUDA graph was being captured on the current stream
+
+
+def _plan_source(cache_seqlens: torch.Tensor) -> Optional[_PlanSource]:
+    """What a SnapMLASchedMeta's plan depends on beyond the shapes, comparable without a host sync; None under
+    torch.compile tracing (data_ptr and the version counter are not traceable)."""
+    if torch.compiler.is_compiling():
+        return None
+    capturing = cache_seqlens.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    tensor = (cache_seqlens.data_ptr(), tuple(cache_seqlens.shape), tuple(cache_seqlens.stride()))
+    return _PlanSource(tensor, cache_seqlens._version, capturing)
 
 
 def flash_mla_with_kvcache(

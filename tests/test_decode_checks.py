@@ -347,6 +347,38 @@ def test_metadata_reused_with_other_shapes(requires_ext):
         flash_mla_with_kvcache(**wrapper_args(q=q_other, tile_scheduler_metadata=meta, num_splits=None))
 
 
+def _filled_meta(seqlens):
+    meta = SnapMLASchedMeta(num_sm_parts=PARTS)
+    with pytest.raises(RuntimeError, match="q_content must be a CUDA tensor"):  # filled, then the device check
+        flash_mla_with_kvcache(**wrapper_args(tile_scheduler_metadata=meta, num_splits=None, cache_seqlens=seqlens))
+    assert meta.have_initialized
+    return meta
+
+
+def test_metadata_reused_with_the_same_lengths(requires_ext):
+    seqlens = torch.full((B,), 70, dtype=torch.int32)
+    meta = _filled_meta(seqlens)
+    for same in (seqlens, seqlens[:]):  # the same tensor, or another view of the same memory
+        with pytest.raises(RuntimeError, match="q_content must be a CUDA tensor"):
+            flash_mla_with_kvcache(**wrapper_args(tile_scheduler_metadata=meta, num_splits=None, cache_seqlens=same))
+
+
+def test_stale_metadata_lengths_written_in_place(requires_ext):
+    seqlens = torch.full((B,), 70, dtype=torch.int32)
+    meta = _filled_meta(seqlens)
+    seqlens.copy_(torch.tensor([500, 1, 64], dtype=torch.int32))  # the next step's lengths in the same buffer
+    with pytest.raises(ValueError, match=r"tile_scheduler_metadata: stale metadata: cache_seqlens was written in "
+                                         r"place since it was planned \(version 0 -> 1\)"):
+        flash_mla_with_kvcache(**wrapper_args(tile_scheduler_metadata=meta, num_splits=None, cache_seqlens=seqlens))
+
+
+def test_stale_metadata_other_lengths_tensor(requires_ext):
+    meta = _filled_meta(torch.full((B,), 70, dtype=torch.int32))
+    with pytest.raises(ValueError, match="stale metadata: cache_seqlens is another tensor than the one it was planned"):
+        flash_mla_with_kvcache(**wrapper_args(tile_scheduler_metadata=meta, num_splits=None,
+                                              cache_seqlens=torch.full((B,), 70, dtype=torch.int32)))
+
+
 def test_fake_impls_trace(requires_ext):
     """make_fx with fake tensors runs only the fake (meta) implementations: what torch.compile traces."""
     from torch.fx.experimental.proxy_tensor import make_fx
