@@ -86,7 +86,9 @@ def fetch_dequant(
     - block_table (b, max_pages) int32 and seqlens (b,) int32 -> (num_tokens, 576) bfloat16, request 0's tokens
       first; only the first ceil(seqlens[i] / 64) entries of block_table row i are read.
       num_tokens defaults to int(seqlens.sum()), a device-to-host sync on CUDA: pass it to avoid the sync (and to
-      capture the call in a CUDA graph). On CUDA, rows past sum(seqlens) are zero.
+      capture the call in a CUDA graph). On CUDA, rows past sum(seqlens) are zero, and block-table rows are read
+      through their stride up to the end of the table's storage, as the decode reads them (a view narrower than
+      the lengths works); a length past that is clamped. The CPU reference needs seqlens[i] <= max_pages * 64.
     k_cache: SnapMLAKVCache or its (num_blocks, 41216) uint8 tensor.
     """
     data = as_cache_tensor(k_cache)

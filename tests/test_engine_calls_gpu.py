@@ -222,7 +222,7 @@ def test_torch_compile_of_the_engine_step(mode):
     compiled = (torch.compile(compiled_step, fullgraph=True) if mode == "fullgraph"
                 else torch.compile(compiled_step, mode="reduce-overhead"))
     seq_lens = torch.zeros(b, dtype=torch.int32, device="cuda")
-    for i, lens in enumerate([full, [1, 64, 0, 777], full]):
+    for i, lens in enumerate([full, [1, 0, 64, 777], full]):
         seq_lens.copy_(torch.tensor(lens, dtype=torch.int32))
         q = make_q(b, s_q, h_q, seed=111 + i, device="cuda")
         out, lse = (t.clone() for t in compiled(q, kv_cache, p.block_table, seq_lens))

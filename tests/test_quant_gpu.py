@@ -357,6 +357,29 @@ def test_fetch_paged_num_tokens_past_and_short_of_total():
     assert_bitwise_equal(shorter.cpu(), want[:40], "num_tokens < sum(seqlens)")
 
 
+def test_fetch_paged_narrow_view_reads_rows_through_their_stride():
+    """A block-table view narrower than the lengths (as engines' captured graphs pass it) reaches the pages past
+    its width through the row stride, up to the end of the table's storage, like the decode: the same bits as
+    the full table. The last row's reach ends with the storage: its length is clamped there."""
+    seqlens = [300, 65, 190]
+    inp = make_paged_inputs(3, 1, 1, seqlens, seed=403, device=DEVICE, append=_kernel_append)
+    full = inp.block_table  # (3, 6): 5 pages for the longest request, then a sentinel
+    want = ops().fetch_dequant_paged(inp.cache.data, full, inp.cache_seqlens, sum(seqlens))
+    for width in (1, 2):
+        got = ops().fetch_dequant_paged(inp.cache.data, full[:, :width], inp.cache_seqlens, sum(seqlens))
+        assert_bitwise_equal(got, want, f"view of width {width}")
+    # A view of rows 1..2 only: row 2 (the view's last) may reach the storage's end, 6 entries, no further.
+    tail = full[1:]
+    lens = torch.tensor([65, 6 * 64 + 100], dtype=torch.int32, device=DEVICE)
+    full[2, 3:] = 0  # pages past the request's own 3 now point at page 0 (valid ids), to be read up to the clamp
+    got = ops().fetch_dequant_paged(inp.cache.data, tail[:, :1], lens, 65 + 6 * 64 + 100)
+    ref = reference.fetch_dequant(inp.cache.data, block_table=tail, seqlens=torch.tensor([65, 6 * 64],
+                                  dtype=torch.int32, device=DEVICE))
+    assert_bits_equal_nan_any(got[: 65 + 6 * 64], ref, "rows up to the storage's end")
+    assert_bitwise_equal(got[65 + 6 * 64 :], torch.zeros(100, L.D_QK, dtype=torch.bfloat16, device=DEVICE),
+                         "rows past the storage's end (clamped: zero)")
+
+
 def test_fetch_paged_large():
     seqlens = [40_000 + 977 * i for i in range(9)]  # ~ 395k tokens, odd lengths
     inp = make_paged_inputs(len(seqlens), 1, 1, seqlens, seed=402, device=DEVICE, append=_kernel_append)

@@ -119,9 +119,7 @@ std::tuple<at::Tensor, at::Tensor> decode_impl(const at::Tensor& q_content, cons
   const int64_t max_pages = block_table.size(1);
   TORCH_CHECK(max_pages >= 1, "block_table.shape[1] (max_pages) must be >= 1, got ", max_pages);
   checks::check_fits_int32(max_pages * L::PAGE_BLOCK_SIZE, "block_table.shape[1] * 64 (token capacity)");
-  // int32 entries from the view's first one to the end of its storage: what a request's row may reach.
-  const int64_t block_table_entries =
-      static_cast<int64_t>(block_table.storage().nbytes() / sizeof(int32_t)) - block_table.storage_offset();
+  const int64_t block_table_entries = checks::block_table_storage_entries(block_table);
   checks::check_shape(cache_seqlens, {b}, "cache_seqlens");
   checks::check_dim(tile_scheduler_metadata, 2, "tile_scheduler_metadata");
   checks::check_size(tile_scheduler_metadata, 1, sched::SCHED_META_INTS, "tile_scheduler_metadata");

@@ -184,7 +184,6 @@ at::Tensor fetch_dequant_paged(const at::Tensor& kv_cache, const at::Tensor& blo
               quant::FETCH_PAGED_MAX_B, ", got ", block_table.size(0));
   TORCH_CHECK(num_tokens >= 0, "num_tokens must be >= 0, got ", num_tokens);
   check_fits_int32(num_tokens, "num_tokens");
-  check_fits_int32(block_table.size(1) * L::PAGE_BLOCK_SIZE, "block_table.shape[1] * 64");
   check_contiguous(kv_cache, "kv_cache");
   check_last_dim_contiguous(block_table, "block_table");
   check_contiguous(seqlens, "seqlens");
@@ -199,7 +198,7 @@ at::Tensor fetch_dequant_paged(const at::Tensor& kv_cache, const at::Tensor& blo
   if (block_table.size(0) == 0) return out.zero_();
   const quant::FetchPagedParams params{
       .b = static_cast<int>(block_table.size(0)),
-      .max_pages_per_req = static_cast<int>(block_table.size(1)),
+      .block_table_entries = block_table_storage_entries(block_table),
       .num_blocks = kv_cache.size(0),
       .num_tokens = static_cast<int>(num_tokens),
       .kv_cache = kv_cache.data_ptr<uint8_t>(),

@@ -8,12 +8,14 @@
 //
 // Paged form, output offsets without a prefix-sum launch: the grid is persistent (one wave, at most
 // blocks-per-SM x SMs CTAs). Each CTA first scans seqlens into the end offset of every request,
-// end[i] = min(sum_{j <= i} clamp(seqlens[j], 0, 64 * max_pages_per_req), num_tokens), kept as int32 in shared
+// end[i] = min(sum_{j <= i} clamp(seqlens[j], 0, 64 * reach[j]), num_tokens), kept as int32 in shared
 // memory (4 B per request; b <= FETCH_PAGED_MAX_B), then its warps walk output rows t = warp, warp + all warps,
 // ... and find the request of row t by binary search in end[] (log2 b broadcast shared loads). The scan costs
-// each CTA b x 4 B of L2 reads: 4 KB at b = 1024, against ~1.8 MB of rows per CTA at 1M tokens. Block-table
-// entries are read only for pages below the request's (clamped) length; a page id outside [0, num_blocks)
-// gives a zero row, as do rows past sum(seqlens).
+// each CTA b x 4 B of L2 reads: 4 KB at b = 1024, against ~1.8 MB of rows per CTA at 1M tokens. reach[j] is
+// the number of table entries from row j's start to the end of the table's storage (FetchPagedParams): a row
+// may run past the view's width, never past the allocation. Block-table entries are read only for pages below
+// the request's (clamped) length; a page id outside [0, num_blocks) gives a zero row, as do rows past
+// sum(seqlens).
 #include "kernels/quant/launch.h"
 #include "kernels/quant/quant_math.cuh"
 
@@ -41,12 +43,12 @@ __device__ void scan_request_ends(const FetchPagedParams& p, int* s_end) {
   __shared__ int64_t s_warp_sums[WARPS_PER_CTA];
   __shared__ int64_t s_carry;
   const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-  const int64_t max_len = int64_t(p.max_pages_per_req) * L::PAGE_BLOCK_SIZE;
   if (threadIdx.x == 0) s_carry = 0;
   __syncthreads();
   for (int base = 0; base < p.b; base += THREADS_PER_CTA) {
     const int i = base + threadIdx.x;
-    int64_t len = i < p.b ? min(max(int64_t(p.seqlens[i]), int64_t(0)), max_len) : 0;
+    const int64_t reach = max(p.block_table_entries - int64_t(i) * p.block_table_stride, int64_t(0));
+    int64_t len = i < p.b ? min(max(int64_t(p.seqlens[i]), int64_t(0)), reach * L::PAGE_BLOCK_SIZE) : 0;
 #pragma unroll
     for (int offset = 1; offset < WARP_SIZE; offset *= 2) {
       const int64_t other = __shfl_up_sync(0xffffffffu, len, offset);
@@ -81,7 +83,7 @@ __global__ void __launch_bounds__(THREADS_PER_CTA) fetch_dequant_paged_kernel(Fe
       store_zero_row(lane, out_row);
       continue;
     }
-    const int64_t pos = t - (lo > 0 ? s_end[lo - 1] : 0);  // < 64 * max_pages_per_req by the clamp
+    const int64_t pos = t - (lo > 0 ? s_end[lo - 1] : 0);  // < 64 * reach[lo] by the clamp
     const int64_t page = p.block_table[lo * p.block_table_stride + pos / L::PAGE_BLOCK_SIZE];
     if (page < 0 || page >= p.num_blocks)
       store_zero_row(lane, out_row);

@@ -55,13 +55,16 @@ void launch_fetch_dequant_slots(const FetchSlotsParams& params, cudaStream_t str
 // block_table[i, p / 64] * 64 + p % 64. Output rows past sum(seqlens) are zero; rows past num_tokens are dropped.
 struct FetchPagedParams {
   int b;
-  int max_pages_per_req;
+  // int32 entries from block_table's first one to the end of its storage: request i's row may reach
+  // block_table_entries - i * block_table_stride of them (past the view's width, as in the decode: engines pass
+  // narrow views of a wider table), so its length is clamped to 64 times that.
+  int64_t block_table_entries;
   int64_t num_blocks;
   int num_tokens;
   const uint8_t* kv_cache;   // (num_blocks, PAGE_BYTES) uint8
-  const int* block_table;    // (b, max_pages_per_req) int32, last dim contiguous
+  const int* block_table;    // (b, max_pages) int32 view, last dim contiguous, rows read through their stride
   int64_t block_table_stride;
-  const int* seqlens;        // (b,) int32; negative counts as 0, past max_pages_per_req * 64 is clamped
+  const int* seqlens;        // (b,) int32; negative counts as 0, past the row's reach (above) is clamped
   __nv_bfloat16* out;        // (num_tokens, 576) bf16, contiguous
 };
 // Largest b the paged kernel takes: each CTA keeps the b request end offsets (int32) in shared memory.
