@@ -17,6 +17,13 @@ def _gpu_skip_reason():
     return None
 
 
+def pytest_addoption(parser):
+    group = parser.getgroup("snapmla fuzz (tests/test_fuzz_gpu.py)")
+    group.addoption("--fuzz-seed", type=int, default=0, help="base seed of the random decode configurations")
+    group.addoption("--fuzz-count", type=int, default=500, help="number of configurations")
+    group.addoption("--fuzz-first", type=int, default=0, help="index of the first configuration (to replay one)")
+
+
 def pytest_collection_modifyitems(config, items):
     reason = _gpu_skip_reason()
     if reason is None:
