@@ -130,10 +130,14 @@ def build_case(cfg: FuzzConfig, device, append) -> FuzzCase:
 
     table = own.clone()
     if cfg.shared_pages:
-        with_pages = [r for r, n in enumerate(pages) if n > 0]
-        if len(with_pages) >= 2:
-            src, dst = rng.sample(with_pages, 2)
-            k = rng.randint(1, min(pages[src], pages[dst]))
+        # Only full pages are shared (a prefix cache shares whole pages): a partly written page would hand the
+        # other request NaN slots as tokens.
+        full = [r for r, n in enumerate(cfg.seqlens) if n >= L.PAGE_BLOCK_SIZE]
+        readers = [r for r, n in enumerate(pages) if n > 0]
+        if full and len(readers) >= 2:
+            src = rng.choice(full)
+            dst = rng.choice([r for r in readers if r != src])
+            k = rng.randint(1, min(cfg.seqlens[src] // L.PAGE_BLOCK_SIZE, pages[dst]))
             table[dst, :k] = own[src, :k]
 
     dev_gen = torch.Generator(device=device).manual_seed(cfg.seed)
