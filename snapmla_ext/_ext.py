@@ -32,6 +32,7 @@ def _load_library(path: Optional[str]) -> Optional[str]:
 # only reads this string. SNAPMLA_EXT_PATH: load a _C built elsewhere (`setup.py build_ext --build-lib DIR`).
 _LOAD_ERROR: Optional[str] = _load_library(os.environ.get("SNAPMLA_EXT_PATH"))
 
+
 def load_ops():
     """torch.ops.snapmla, its fake implementations registered; ExtensionUnavailableError when it did not load.
 

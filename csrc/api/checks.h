@@ -79,13 +79,13 @@ inline void check_kv_cache_shape(const at::Tensor& kv_cache, const char* name) {
   check_size(kv_cache, 1, kv_layout::PAGE_BYTES, name);
 }
 
-// CUDA's limit on gridDim.y (and z): num_sm_parts is the decode grid's y, q_rows / 4 the combine's.
 // int32 entries from a block table view's first one to the end of its storage: how far a request's row may be
 // read through its stride (FlashMLA's semantics; engines capture CUDA graphs with views narrower than the table).
 inline int64_t block_table_storage_entries(const at::Tensor& block_table) {
   return static_cast<int64_t>(block_table.storage().nbytes() / sizeof(int32_t)) - block_table.storage_offset();
 }
 
+// CUDA's limit on gridDim.y (and z): num_sm_parts is the decode grid's y, q_rows / 4 the combine's.
 inline constexpr int64_t MAX_GRID_Y = 65535;
 
 // A SNAPMLA_* switch: set to "1" means on. Read on every call (~100 ns) so tests can flip it per case.
