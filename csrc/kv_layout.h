@@ -55,10 +55,18 @@ inline constexpr int PAGE_BYTES = SCALE_OFFSET + PAGE_BLOCK_SIZE * SCALE_TOKEN_B
 // fp32 range in the QK accumulator even for a token whose content is all zero.
 inline constexpr float FP8_E4M3_MAX = 448.0f;
 inline constexpr float AMAX_FLOOR = 6.103515625e-05f;  // 2^-14
+// The input range (docs/numerics_contract.md section 2): Fused-K-Append and Fused-Q-Quant saturate content at
+// +-CONTENT_MAX (amax is capped at it) and RoPE at +-ROPE_MAX (NaN stays NaN), so every scale the decode kernels
+// see is <= 2^16 / 448 ~ 146. That is what keeps every finite input's result finite: the P_FLOOR bound below
+// needs p' <= 2^16 / 448; the pre-scaled RoPE stays below 2^32 * 448 / 2^-14 ~ 3.2e16 (bf16), the fp32 QK
+// accumulator below 64 * 3.2e16^2 + 512 * 448^2 ~ 6.3e34 (fp32 max 3.4e38) and the logits below ~1e20 nats.
+// Real activations are orders of magnitude smaller (the numerics study's RoPE reaches 1e6).
+inline constexpr float CONTENT_MAX = 65536.0f;   // 2^16
+inline constexpr float ROPE_MAX = 4294967296.0f;  // 2^32
 // Floor of the per-row, per-block P scale sigma = max(max_j p'_j, P_FLOOR) / 448. It bounds the forward ratio
 // sigma_{n-1} / sigma_n that rescales O~ and L~: with FLT_MIN the ratio after a block of tiny p' (logits ~75
 // below the running max) reached ~1e35 and overflowed the state. With 2^-60 the ratio stays below
-// p'_max / 2^-60 ~ 1.7e20 for content amax <= 2^16 (p' <= 2^16 / 448), so O~ (<= 64 * 448^2 per block) stays far
+// p'_max / 2^-60 ~ 1.7e20 for content amax <= CONTENT_MAX (p' <= 2^16 / 448), so O~ (<= 64 * 448^2 per block) stays far
 // below FLT_MAX, while p' < 2^-60 (e < 1e-11 of the row maximum even at the smallest token scale) is dropped.
 // A block in which a row sees no token at all leaves that row's state untouched (kernel and reference alike).
 inline constexpr float P_FLOOR = 8.673617379884035e-19f;  // 2^-60

@@ -26,6 +26,8 @@ PAGE_BYTES = SCALE_OFFSET + PAGE_BLOCK_SIZE * SCALE_TOKEN_BYTES  # 41216
 
 FP8_E4M3_MAX = 448.0
 AMAX_FLOOR = 2.0**-14  # keeps an all-zero token's scale positive; see kv_layout.h
+CONTENT_MAX = 2.0**16  # content saturates at +-CONTENT_MAX when quantized (amax capped); see kv_layout.h
+ROPE_MAX = 2.0**32  # RoPE saturates at +-ROPE_MAX when quantized; see kv_layout.h
 P_FLOOR = 2.0**-60  # floor of the per-row, per-block P scale; see kv_layout.h for why 2^-60
 
 BF16_TOKEN_BYTES = D_QK * 2  # 1152: what FlashMLA's BF16 cache spends per token

@@ -36,6 +36,8 @@ def test_header_and_python_mirror_agree():
         assert header[name] == getattr(L, name), name
     assert header["FP8_E4M3_MAX"] == L.FP8_E4M3_MAX
     assert header["AMAX_FLOOR"] == L.AMAX_FLOOR
+    assert header["CONTENT_MAX"] == L.CONTENT_MAX
+    assert header["ROPE_MAX"] == L.ROPE_MAX
     assert header["P_FLOOR"] == L.P_FLOOR
 
 

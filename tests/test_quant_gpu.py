@@ -62,7 +62,7 @@ def assert_cache_equal(got: torch.Tensor, want: torch.Tensor, name: str) -> None
 
 
 def edge_rows() -> torch.Tensor:
-    """(24, 576) bf16 rows with the values that break quantizers: zeros, +-448, huge, tiny, subnormal, ties,
+    """(26, 576) bf16 rows with the values that break quantizers: zeros, +-448, huge, tiny, subnormal, ties,
     NaN / inf in the content or the RoPE part, -0."""
     gen = torch.Generator().manual_seed(7)
     rows = []
@@ -82,11 +82,13 @@ def edge_rows() -> torch.Tensor:
     row(rnd(1e-30))                                                           # amax below the floor
     row(rnd(1e-39))                                                           # bf16 subnormals
     row(rnd(1e-6), torch.randn(L.D_ROPE, generator=gen) * 1e3)                # RoPE-heavy (r' large)
-    row(rnd(1e-30), torch.full((L.D_ROPE,), 3e38))                            # r * inv overflows to inf
+    row(rnd(1e-30), torch.full((L.D_ROPE,), 3e38))                            # RoPE saturates at 2^32
+    c = rnd(); c[11] = L.CONTENT_MAX; row(c, torch.full((L.D_ROPE,), -L.ROPE_MAX))  # the input range's edges
+    c = rnd(); c[12] = -65792.0; row(c, torch.full((L.D_ROPE,), 4311744512.0))  # one bf16 step past: saturates
     c = torch.arange(L.D_CONTENT, dtype=torch.float32) * 2.0**-10; c[0] = 448.0; row(c)  # e4m3 subnormal ties
     c = torch.linspace(-448, 448, L.D_CONTENT); row(c)                        # every e4m3 binade, ties
     c = rnd(); c[5] = float("nan"); row(c)                                    # NaN in content: all NaN
-    c = rnd(); c[7] = float("inf"); row(c)                                    # +inf: others 0, it NaN
+    c = rnd(); c[7] = float("inf"); row(c)                                    # +inf saturates at 2^16
     c = rnd(); c[1], c[2] = float("-inf"), float("inf"); row(c)               # both infinities
     r = torch.randn(L.D_ROPE, generator=gen); r[4] = float("nan"); row(rnd(), r)   # NaN only in RoPE
     r = torch.randn(L.D_ROPE, generator=gen); r[0], r[63] = float("inf"), float("-inf"); row(rnd(), r)

@@ -22,6 +22,7 @@ from snapmla_ext.reference import (
     quantize_q,
     quantize_rows,
 )
+from snapmla_ext.reference.quant import div_ieee
 from utils.compare import assert_bitwise_equal, assert_close_report, assert_same_nonfinite, max_abs, rel_l2
 from utils.data import make_kv_rows, make_paged_inputs, make_q
 
@@ -346,6 +347,11 @@ def test_decode_dense_rejects_p_quant():
         decode_dense(**_ops(), softmax_scale=SCALE, p_quant="fp8")
 
 
+def test_decode_dense_rejects_pv_accumulation():
+    with pytest.raises(ValueError, match=r"pv_accumulation must be one of \('fp32', 'fp8_wgmma'\), got 'fp16'"):
+        decode_dense(**_ops(), softmax_scale=SCALE, pv_accumulation="fp16")
+
+
 def test_decode_dense_rejects_p_block():
     with pytest.raises(ValueError, match=r"p_block must be a positive int, got 0"):
         decode_dense(**_ops(), softmax_scale=SCALE, p_block=0)
@@ -438,3 +444,34 @@ def test_attention_fp64_rejects_q_shape():
 def test_attention_fp64_rejects_kv_shape():
     with pytest.raises(ValueError, match=r"kv must have shape \(1, s_k_max, 576\), got \(2, 3, 576\)"):
         attention_fp64(torch.zeros(1, 1, 2, 576), torch.zeros(2, 3, 576), [3, 3])
+
+
+def test_pv_accumulation_models_the_tensor_cores_truncation():
+    """pv_accumulation="fp8_wgmma" takes each block's PV through the k32 truncation model: close to the fp32 sum on
+    ordinary data, never equal to it there (the truncation does drop bits), and lse unchanged (it only changes PV)."""
+    ops, _, _ = _dense_problem(2, 3, 64 * 5 + 7, [64 * 5 + 7, 200], seed=4)
+    o32, lse32 = decode_dense(**ops, softmax_scale=SCALE)
+    o8, lse8 = decode_dense(**ops, softmax_scale=SCALE, pv_accumulation="fp8_wgmma")
+    err = rel_l2(o8, o32)
+    assert 0 < err < 1e-3, err
+    assert_bitwise_equal(lse8, lse32, "lse")
+
+
+def test_uniform_attention_takes_the_kernels_reciprocal():
+    """q = 0: m = 0, e = 1, and block n's p8_j = e4m3(s_j * inv_n) with inv_n = 448 * rcp(max s), the kernel's
+    order; O~ and L~ take f_n = inv_n * rcp(inv_{n-1}). Dividing by sigma = max s / 448 instead rounds some e4m3
+    ties of the scales' bf16 ratios the other way (13 of these 4096 tokens): the data exercises the order."""
+    n = 4096
+    ops, _, _ = _dense_problem(1, 1, n, [n], seed=2)
+    ops = dict(ops, q_c=torch.zeros_like(ops["q_c"]), q_r=torch.zeros_like(ops["q_r"]))
+    o, _ = decode_dense(**ops, softmax_scale=SCALE)
+    s, v = ops["k_scale"][0].view(-1, 64), ops["k_c"][0].view(-1, 64, 512)
+    inv = L.FP8_E4M3_MAX * torch.reciprocal(s.amax(-1))
+    p8 = e4m3(s * inv[:, None]).float()
+    assert (p8 != e4m3(s / div_ieee(s.amax(-1), L.FP8_E4M3_MAX)[:, None]).float()).any()
+    o_acc, l_acc = p8[0] @ v[0], 64 * inv[0]
+    for blk in range(1, s.shape[0]):
+        f = inv[blk] * torch.reciprocal(inv[blk - 1])
+        o_acc = o_acc * f + p8[blk] @ v[blk]
+        l_acc = l_acc * f + 64 * inv[blk]
+    assert rel_l2(o[0, 0], o_acc * torch.reciprocal(l_acc)) < 1e-6

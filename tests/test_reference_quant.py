@@ -70,14 +70,14 @@ def test_quantize_rows_matches_float64_definition():
     amax = x64[:, :512].abs().amax(-1)
     # A float64 quotient of two fp32 values rounded to fp32 is the correctly rounded fp32 quotient (53 >= 2 * 24
     # + 2, so the double rounding is innocuous): these are the IEEE fp32 divisions the definition asks for.
-    scale64 = (amax.clamp_min(L.AMAX_FLOOR) / 448).float()
+    scale64 = (amax.clamp(L.AMAX_FLOOR, L.CONTENT_MAX) / 448).float()
     assert_bitwise_equal(scale, scale64, "scale")
-    inv = (448 / amax.clamp_min(L.AMAX_FLOOR)).float().double().unsqueeze(-1)
+    inv = (448 / amax.clamp(L.AMAX_FLOOR, L.CONTENT_MAX)).float().double().unsqueeze(-1)
     # A product of two fp32 values is exact in float64 (48 <= 53 bits), so rounding it to fp32 gives the
     # correctly rounded fp32 product. The e4m3 rounding is checked against the value table, not torch's cast.
     q32 = (x64[:, :512] * inv).float().clamp(-448, 448)
     assert_bitwise_equal(c8.double(), _round_e4m3_independent(q32), "c8")
-    r32 = (x64[:, 512:] * inv).float()
+    r32 = (x64[:, 512:].clamp(-L.ROPE_MAX, L.ROPE_MAX) * inv).float()
     assert_bitwise_equal(rope, r32.to(torch.bfloat16), "rope")
 
 
@@ -125,21 +125,44 @@ def test_quantize_rows_nan_in_content_makes_the_whole_token_nan():
     assert scale.isnan().all() and c8.float().isnan().all() and rope.float().isnan().all()
 
 
-def test_quantize_rows_inf_in_content_zeroes_finite_values():
+def test_quantize_rows_inf_in_content_saturates_at_the_input_range():
     content = torch.full((512,), 0.25)
     content[3], content[4] = INF, -INF
     rope = torch.ones(64)
     rope[7] = -INF
     c8, r, scale = quantize_rows(_row(content, rope))
-    assert scale.item() == INF
+    assert scale.item() == torch.tensor(L.CONTENT_MAX / 448, dtype=torch.float32).item()
     c = c8[0].float()
-    assert c[3].isnan() and c[4].isnan()  # inf / inf
+    assert c[3] == 448 and c[4] == -448  # +-2^16 once dequantized
+    inv = torch.tensor(448.0) / torch.tensor(L.CONTENT_MAX)
     others = torch.cat([c[:3], c[5:]])
-    assert (others == 0).all()
-    assert r[0, 7].float().isnan() and (torch.cat([r[0, :7], r[0, 8:]]).float() == 0).all()
+    assert (others == (torch.tensor(0.25) * inv).to(torch.float8_e4m3fn).float()).all()
+    assert r[0, 7].float() == (-L.ROPE_MAX * inv).to(torch.bfloat16).float()
+    assert (torch.cat([r[0, :7], r[0, 8:]]).float() == inv.to(torch.bfloat16).float()).all()
 
 
-def test_quantize_rows_nonfinite_rope_stays_and_spares_the_rest():
+def test_quantize_rows_saturate_at_the_input_range():
+    """|content| above CONTENT_MAX = 2^16 and |RoPE| above ROPE_MAX = 2^32 quantize as the edge itself; NaN in
+    RoPE stays NaN."""
+    over_c, over_r = 65792.0, 4311744512.0  # the next bf16 above 2^16 and above 2^32
+    content = torch.full((512,), 3.0)
+    content[0], content[1] = over_c, -3.0e38
+    rope = torch.full((64,), 2.0)
+    rope[0], rope[1], rope[2], rope[3] = over_r, -3.0e38, L.ROPE_MAX, NAN
+    c8, r, scale = quantize_rows(_row(content, rope).to(torch.bfloat16))
+    edge_c = torch.cat([torch.tensor([L.CONTENT_MAX, -L.CONTENT_MAX]), content[2:]])
+    edge_r = torch.cat([torch.tensor([L.ROPE_MAX, -L.ROPE_MAX, L.ROPE_MAX, NAN]), rope[4:]])
+    edge_c8, edge_rope, edge_scale = quantize_rows(_row(edge_c, edge_r).to(torch.bfloat16))
+    assert scale.item() == edge_scale.item() == torch.tensor(L.CONTENT_MAX / 448, dtype=torch.float32).item()
+    assert_bitwise_equal(c8, edge_c8, "content beyond the range")
+    assert r[0, 3].float().isnan()
+    keep = [i for i in range(64) if i != 3]
+    assert_bitwise_equal(r[:, keep], edge_rope[:, keep], "rope beyond the range")
+    assert float(r[0, 0]) * float(scale) == pytest.approx(L.ROPE_MAX, rel=2**-8)
+    assert float(c8[0, 0]) * float(scale) == pytest.approx(L.CONTENT_MAX, rel=2**-20)
+
+
+def test_quantize_rows_nonfinite_rope_saturates_or_stays_and_spares_the_rest():
     content = torch.linspace(-1, 1, 512)
     rope = torch.full((64,), 0.5)
     rope[0], rope[1], rope[2] = INF, -INF, NAN
@@ -147,7 +170,9 @@ def test_quantize_rows_nonfinite_rope_stays_and_spares_the_rest():
     c8_ref, r_ref, scale_ref = quantize_rows(_row(content, torch.full((64,), 0.5)))
     assert_bitwise_equal(scale, scale_ref, "scale")
     assert_bitwise_equal(c8, c8_ref, "c8")
-    assert r[0, 0].item() == INF and r[0, 1].item() == -INF and r[0, 2].float().isnan()
+    inv = torch.tensor(448.0)  # amax = 1: +-inf saturates to +-2^32, then takes the row's 448 / amax
+    assert r[0, 0].item() == (torch.tensor(L.ROPE_MAX) * inv).to(torch.bfloat16).item() == -r[0, 1].item()
+    assert r[0, 2].float().isnan()
     assert_bitwise_equal(r[0, 3:], r_ref[0, 3:], "finite rope")
 
 

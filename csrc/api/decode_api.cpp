@@ -20,6 +20,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "api/checks.h"
 #include "api/quant_api.h"
@@ -74,6 +76,61 @@ void debug_check_values(const at::Tensor& cache_seqlens, const at::Tensor& block
   TORCH_CHECK(total >= 0 && total <= max_total_splits, "num_splits[-1] (total pieces) must be in [0, ",
               max_total_splits, "] (b + num_sm_parts), got ", total,
               ": the metadata was computed for other cache_seqlens or another batch");
+}
+
+// The largest scale the quantizers write: CONTENT_MAX / 448 (kv_layout.h), correctly rounded as they compute it.
+float max_scale() { return static_cast<float>(static_cast<double>(L::CONTENT_MAX) / L::FP8_E4M3_MAX); }
+
+// SNAPMLA_DEBUG_CHECKS=1: scales (any shape, fp32) must lie in (0, CONTENT_MAX / 448], the input range of
+// docs/numerics_contract.md section 2 that keeps results finite. name: the argument, what: which values.
+void debug_check_scale_range(const at::Tensor& scales, const char* name, const char* what) {
+  if (scales.numel() == 0) return;
+  const at::Tensor flat = scales.reshape({-1}).cpu();
+  const float* v = flat.data_ptr<float>();
+  const float hi = max_scale();
+  for (int64_t i = 0; i < flat.numel(); ++i) {
+    TORCH_CHECK(v[i] > 0.f && v[i] <= hi, name, ": ", what, " must lie in (0, ", hi,
+                "] (content saturates at +-2^16 when quantized, docs/numerics_contract.md section 2), got ",
+                v[i], " at flat index ", i);
+  }
+}
+
+// The scales of every token the call reads (each request's first cache_seqlens slots through the block table),
+// gathered on the device in one pass: kv_cache (num_blocks, PAGE_BYTES) uint8; ids and lengths already checked.
+void debug_check_cache_scales(const at::Tensor& kv_cache, const at::Tensor& block_table, const at::Tensor& cache_seqlens,
+                              int64_t table_entries) {
+  const at::Tensor seqlens = cache_seqlens.cpu();
+  const at::Tensor table = block_table.as_strided({table_entries}, {1}).cpu();
+  const int* ids = table.data_ptr<int>();
+  const int* s = seqlens.data_ptr<int>();
+  std::vector<int64_t> pages, owner, first;  // per read page: its id, its request, the request's first page
+  std::vector<uint8_t> valid;                // per read page and slot: slot < seqlen
+  for (int64_t r = 0; r < seqlens.size(0); ++r) {
+    const int64_t n = (s[r] + L::PAGE_BLOCK_SIZE - 1) / L::PAGE_BLOCK_SIZE;
+    for (int64_t pg = 0; pg < n; ++pg) {
+      pages.push_back(ids[r * block_table.stride(0) + pg]);
+      owner.push_back(r);
+      first.push_back(static_cast<int64_t>(pages.size()) - 1 - pg);
+      for (int t = 0; t < L::PAGE_BLOCK_SIZE; ++t) valid.push_back(pg * L::PAGE_BLOCK_SIZE + t < s[r]);
+    }
+  }
+  if (pages.empty()) return;
+  const int64_t np = static_cast<int64_t>(pages.size());
+  const auto dev = kv_cache.device();
+  const at::Tensor page_ids = at::tensor(pages, at::kLong).to(dev);
+  const at::Tensor mask = at::tensor(at::ArrayRef<uint8_t>(valid)).to(at::kBool).reshape({np, L::PAGE_BLOCK_SIZE}).to(dev);
+  const at::Tensor scales = kv_cache.narrow(1, L::SCALE_OFFSET, L::PAGE_BLOCK_SIZE * 4).view(at::kFloat);  // (nb, 64)
+  const at::Tensor read = scales.index_select(0, page_ids);                                               // (np, 64)
+  const float hi = max_scale();
+  const at::Tensor bad = mask & ~((read > 0.f) & (read <= hi));  // NaN compares false: bad
+  if (!bad.any().item<bool>()) return;
+  const int64_t flat = bad.reshape({-1}).nonzero()[0][0].item<int64_t>();
+  const int64_t p = flat / L::PAGE_BLOCK_SIZE, t = flat % L::PAGE_BLOCK_SIZE;
+  const float v = read.reshape({-1})[flat].item<float>();
+  TORCH_CHECK(false, "k_cache: the scale of token ", (p - first[p]) * L::PAGE_BLOCK_SIZE + t, " of request ", owner[p],
+              " (page ", pages[p], ", slot ", t, ") must lie in (0, ", hi,
+              "] (content saturates at +-2^16 when quantized, docs/numerics_contract.md section 2), got ", v,
+              ": the cache was written other than by append_kv");
 }
 
 // Shapes: q_content (b, s_q, h_q, 512) e4m3, q_rope (b, s_q, h_q, 64) bf16, q_scale (b, s_q, h_q) fp32,
@@ -172,6 +229,9 @@ std::tuple<at::Tensor, at::Tensor> decode_impl(const at::Tensor& q_content, cons
   at::Tensor lse_accum = at::empty({max_total_splits, q_rows}, f32);
   if (checks::env_flag("SNAPMLA_DEBUG_CHECKS")) {
     debug_check_values(cache_seqlens, block_table, num_splits, block_table_entries, num_blocks, max_total_splits);
+    debug_check_cache_scales(kv_cache, block_table, cache_seqlens, block_table_entries);
+    // A bf16 q is quantized by launch_first (in range by construction, and not yet written here).
+    if (!launch_first) debug_check_scale_range(q_scale, "q_scale", "the query scales (QuantizedQ.scale)");
     const double nan = std::numeric_limits<double>::quiet_NaN();
     out.fill_(nan);
     lse.fill_(nan);

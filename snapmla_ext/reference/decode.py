@@ -59,6 +59,7 @@ def decode(
     causal: bool = False,
     *,
     split_blocks: Optional[Sequence[Sequence[int]]] = None,
+    pv_accumulation: str = "fp32",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """What the SnapMLA decode kernel computes, in pure PyTorch.
 
@@ -69,6 +70,7 @@ def decode(
     softmax_scale: default 576 ** -0.5. causal: query token i sees cache tokens 0 .. seqlen - s_q + i.
     split_blocks:  optional per-request block boundaries, e.g. [0, 3, 7] = pieces [0, 3) and [3, 7); each piece
                    runs from a fresh state and the pieces are merged by combine_splits (fp32).
+    pv_accumulation: "fp32" or "fp8_wgmma" (the tensor cores' PV accumulation; slow), see decode_dense.
     Returns out (b, s_q, h_q, 512) bf16 and lse (b, h_q, s_q) fp32 (natural log; +inf for a row seeing no token).
     """
     data = as_cache_tensor(k_cache)
@@ -106,7 +108,7 @@ def decode(
         visible = visible.expand(b, rows, n_max)
 
     if split_blocks is None:
-        o, lse = decode_dense(q_c, q_r, q_s, k_c, k_r, k_s, visible, softmax_scale)
+        o, lse = decode_dense(q_c, q_r, q_s, k_c, k_r, k_s, visible, softmax_scale, pv_accumulation=pv_accumulation)
     else:
         o, lse = torch.empty(b, rows, L.D_CONTENT, device=dev), torch.empty(b, rows, device=dev)
         for i, bounds in enumerate(_check_split_blocks(split_blocks, lengths)):
@@ -118,6 +120,7 @@ def decode(
                     decode_dense(
                         q_c[one], q_r[one], q_s[one], k_c[one, :end], k_r[one, :end], k_s[one, :end],
                         visible[one, :, :end], softmax_scale, block_offset=a * L.PAGE_BLOCK_SIZE,
+                        pv_accumulation=pv_accumulation,
                     )
                 )
             o[i], lse[i] = combine_splits(torch.stack([p[0][0] for p in parts]), torch.stack([p[1][0] for p in parts]))

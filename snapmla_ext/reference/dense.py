@@ -1,30 +1,42 @@
-"""decode_dense: the attention numerics of docs/numerics_contract.md section 4 on dense, batched inputs.
+"""decode_dense: the attention numerics of docs/numerics_contract.md section 4 on dense, batched inputs, computed
+the way the decode kernels compute them (csrc/kernels/sm90/decode_fp8/shared/softmax.cuh).
 
-One query row walks its KV tokens in blocks of p_block, in increasing order, keeping the probability-scale-domain
-state (m, sigma, O~, L~). With n the block and j a token of the block:
+One query row walks its KV tokens in blocks of p_block, in increasing order, keeping the state (m, inv, O~, L~)
+with inv = 1 / sigma. In base 2 (log2 e folded into the row's logit multiplier), with n the block and j a token:
 
-    x_j      = ((acc_j * q_scale) * k_scale_j) * softmax_scale     acc_j = q_c . k_c_j + q_r . k_r_j (fp32)
-    m_n      = max(m_{n-1}, max_j x_j)
-    alpha_n  = exp(m_{n-1} - m_n)              (1 while m_n is still -inf: nothing seen yet)
-    e_j      = exp(x_j - m_n)                  (0 by select for a masked token)
+    x2_j     = (acc_j * q_mul) * k_scale_j     acc_j = q_c . k_c_j + q_r . k_r_j (fp32),
+                                               q_mul = q_scale * (softmax_scale * log2 e) (fp32)
+    m_n      = max(m_{n-1}, max_j x2_j)
+    e_j      = 2^(x2_j - m_n)                  (0 by select for a masked token)
     p'_j     = e_j * k_scale_j                 (scale fusion: V's per-token scale moves into P)
-    sigma_n  = max(max_j p'_j, P_FLOOR) / 448
-    p8_j     = e4m3(p'_j / sigma_n)
-    f_n      = alpha_n * (sigma_{n-1} / sigma_n)
+    inv_n    = 448 * rcp(max(max_j p'_j, P_FLOOR))          (sigma_n = 1 / inv_n)
+    p8_j     = e4m3(p'_j * inv_n)
+    f_n      = 2^(m_{n-1} - m_n) * (inv_n * rcp(inv_{n-1}))  (0 before the first visible token)
     O~_n     = O~_{n-1} * f_n + sum_j p8_j * k_c_j
-    L~_n     = L~_{n-1} * f_n + (sum_j e_j) / sigma_n
-    o        = O~_N / L~_N,   lse = m_N + ln(sigma_N * L~_N)
+    L~_n     = L~_{n-1} * f_n + (sum_j e_j) * inv_n
+    o        = O~_N * rcp(L~_N),   lse = ln 2 * (m_N + log2(L~_N / inv_N))
 
-The state starts at m = -inf, sigma = P_FLOOR / 448, O~ = 0, L~ = 0. A block in which all of a row's p'_j are 0
-(no visible token, e.g. the causal tail or the padding past a shorter request, or every p' underflowed) leaves that
-row's m, sigma, O~ and L~ unchanged, as the kernel does (csrc/kernels/sm90/decode_fp8/shared/softmax.cuh). A row that
-sees no token returns o = 0 and lse = +inf.
+rcp is the fp32 reciprocal (the kernels' MUFU.RCP is within one ulp of it) and 2^x torch.exp2 (MUFU.EX2 within
+two ulps): the same operations in the same order, so even degenerate data (q = 0: uniform attention over every
+token; identical tokens) that amplifies each rounding stays within the contract's tolerances of the kernel. That
+is docs/numerics_contract.md section 8 item 6; the contract's natural-log form of section 4 is the same algebra.
+
+The PV sum is fp32 by default. pv_accumulation="fp8_wgmma" computes it as the kernels' tensor cores do: a fresh
+accumulator per block, the block's tokens in k32 steps of 32 tokens with each step's products truncated to 13
+fraction bits of the largest exponent (snapmla_ext/reference/mma.py), then folded into O~ in fp32. That
+truncation is what separates kernel and fp32 emulation when attention is spread evenly over thousands of tokens
+(q = 0: o is the mean of V, much smaller than its terms): rel L2 up to ~5e-3 at 16k tokens. It materialises one
+float64 per product (rows x 512 x 32 per step), so it is for tests on small cases, not for the fuzz.
+
+A block in which all of a row's p'_j are 0 (no visible token, e.g. the causal tail or the padding past a shorter
+request, or every p' underflowed) leaves that row's state unchanged, as the kernel does. A row that sees no token
+returns o = 0 and lse = +inf.
 
 P_FLOOR = 2^-60 (kv_layout.h) bounds the forward ratio sigma_{n-1} / sigma_n after a block of tiny p' (every logit
-~75 or more below the running max) by p'_max / 2^-60 ~ 1e20 for content amax <= 2^16, so O~ and L~ cannot
-overflow; with FLT_MIN as the floor that ratio reached ~1e35 and o became NaN.
+~75 or more below the running max) by p'_max / 2^-60 ~ 1.7e20 (p' <= 2^16 / 448: the quantizers' content range),
+so O~ and L~ cannot overflow; with FLT_MIN as the floor that ratio reached ~1e35 and o became NaN.
 
-Masking is by select only: masked logits become -inf, masked p' become 0, and V rows that no query row sees are
+Masking is by select only: masked logits become -inf, masked p' become 0, and V rows that no row sees are
 zeroed before the PV product, so NaN or garbage in unused cache slots never reaches a result (a token that some
 row sees is data, and must be finite for every row's sake, as in the kernel).
 
@@ -41,9 +53,13 @@ from __future__ import annotations
 import torch
 
 from snapmla_ext import layout as L
-from snapmla_ext.reference.quant import div_ieee, e4m3
+from snapmla_ext.reference.mma import fp8_gemm_chain
+from snapmla_ext.reference.quant import e4m3
 
 P_QUANT_MODES = ("block", "running", "none", "unscaled")
+PV_ACCUMULATIONS = ("fp32", "fp8_wgmma")
+LOG2E = 1.4426950408889634  # config.h LOG2E (the kernels fold it into the row's logit multiplier)
+LN2 = 0.6931471805599453
 
 # Logits are computed for a chunk of tokens at a time (one batched matmul), keeping the chunk's (B, R, tokens)
 # fp32 logits near 16 MiB: b = 8, h_q = 128 then takes 4096 tokens per matmul.
@@ -89,6 +105,7 @@ def decode_dense(
     p_block: int = 64,
     p_quant: str = "block",
     block_offset: int = 0,
+    pv_accumulation: str = "fp32",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """docs/numerics_contract.md section 4 for B independent problems of R query rows over N tokens (see the module docstring).
 
@@ -101,6 +118,8 @@ def decode_dense(
     "unscaled" (p8 = e4m3(p') with sigma = 1, as per-tensor FP8 engines do).
     block_offset: the walk starts at token block_offset (a multiple of p_block); earlier tokens are not part of
     this piece and are never read, so a split piece can take the whole sequence's tensors.
+    pv_accumulation: "fp32" (the PV sum in fp32) or "fp8_wgmma" (the tensor cores' truncating accumulation, see
+    the module docstring; slow, for small cases).
     Returns o (B, R, 512) fp32 and lse (B, R) fp32 (natural log; o = 0, lse = +inf for a row with no visible token).
     On CUDA this assumes fp32 matmuls (torch.backends.cuda.matmul.allow_tf32 = False, torch's default).
     """
@@ -113,14 +132,19 @@ def decode_dense(
     if block_offset < 0 or block_offset % p_block or block_offset > N:
         raise ValueError(f"block_offset must be a multiple of p_block = {p_block} in [0, N = {N}], got {block_offset}")
 
+    if pv_accumulation not in PV_ACCUMULATIONS:
+        raise ValueError(f"pv_accumulation must be one of {PV_ACCUMULATIONS}, got {pv_accumulation!r}")
+
     B, R, _ = q_c.shape
     dev = q_c.device
+    zero = torch.zeros((), device=dev)
     neg_inf = torch.tensor(-float("inf"), device=dev)
     q = torch.cat([q_c, q_r], dim=-1)  # one fp32 accumulator for content and RoPE, as in the kernel
-    qs = q_scale.unsqueeze(-1)
+    # The row's logit multiplier, rounded as the kernel rounds it (schedule.cuh row_logit_multiplier).
+    q_mul = (q_scale * torch.tensor(softmax_scale * LOG2E, dtype=torch.float32)).unsqueeze(-1)
 
     m = torch.full((B, R), -float("inf"), device=dev)
-    sigma = div_ieee(torch.full((B, R), L.P_FLOOR, device=dev), L.FP8_E4M3_MAX)
+    inv = torch.full((B, R), L.FP8_E4M3_MAX / L.P_FLOOR, device=dev)  # 1 / sigma_{-1} = 448 / P_FLOOR
     o_acc = torch.zeros(B, R, L.D_CONTENT, device=dev)
     l_acc = torch.zeros(B, R, device=dev)
     seen = torch.zeros(B, R, dtype=torch.bool, device=dev)
@@ -131,39 +155,45 @@ def decode_dense(
         vis = visible[:, :, c0:c1]
         k = torch.cat([k_c[:, c0:c1], k_r[:, c0:c1]], dim=-1)
         ks = k_scale[:, None, c0:c1]
-        x = torch.where(vis, torch.bmm(q, k.transpose(1, 2)) * qs * ks * softmax_scale, neg_inf)
+        x = torch.where(vis, torch.bmm(q, k.transpose(1, 2)) * q_mul * ks, neg_inf)
         # V rows that no row sees may be NaN (unused slots): zero them, since p8 = 0 times NaN is NaN.
-        v = torch.where(vis.any(dim=1).unsqueeze(-1), k_c[:, c0:c1], torch.zeros((), device=dev))
+        v = torch.where(vis.any(dim=1).unsqueeze(-1), k_c[:, c0:c1], zero)
         seen |= vis.any(dim=-1)
 
         for b0 in range(0, c1 - c0, p_block):
             b1 = min(c1 - c0, b0 + p_block)
             xb, vb = x[:, :, b0:b1], vis[:, :, b0:b1]
             m_new = torch.maximum(m, xb.amax(dim=-1))
-            # Until a row has seen a token m stays -inf and exp(-inf - -inf) would be NaN: alpha is 1 there.
-            alpha = torch.where(m_new == -float("inf"), torch.ones((), device=dev), torch.exp(m - m_new))
-            e = torch.where(vb, torch.exp(xb - m_new.unsqueeze(-1)), torch.zeros((), device=dev))
-            p = torch.where(vb, e * ks[:, :, b0:b1], torch.zeros((), device=dev))
+            # A row that has seen nothing has m_new = -inf: its exponent base is 0 (its logits are all -inf).
+            m_use = torch.where(m_new == -float("inf"), zero, m_new)
+            e = torch.where(vb, torch.exp2(xb - m_use.unsqueeze(-1)), zero)
+            p = torch.where(vb, e * ks[:, :, b0:b1], zero)
+            p_max = p.amax(dim=-1)
             if p_quant in ("block", "running"):
-                sigma_new = div_ieee(torch.clamp_min(p.amax(dim=-1), L.P_FLOOR), L.FP8_E4M3_MAX)
-                if p_quant == "running":
-                    sigma_new = torch.maximum(sigma_new, alpha * sigma)
-                p_op = e4m3(p / sigma_new.unsqueeze(-1)).float()
+                inv_new = L.FP8_E4M3_MAX * torch.reciprocal(torch.clamp_min(p_max, L.P_FLOOR))
+                if p_quant == "running":  # sigma_n >= alpha_n sigma_{n-1}, i.e. inv_n <= inv_{n-1} / alpha_n
+                    alpha = torch.where(m == -float("inf"), torch.ones((), device=dev), torch.exp2(m - m_new))
+                    inv_new = torch.minimum(inv_new, inv / alpha)
+                p_op = e4m3(p * inv_new.unsqueeze(-1)).float()
             elif p_quant == "unscaled":
-                sigma_new = torch.ones_like(sigma)
+                inv_new = torch.ones_like(inv)
                 p_op = e4m3(p).float()
             else:
-                sigma_new = torch.ones_like(sigma)
+                inv_new = torch.ones_like(inv)
                 p_op = p
-            f = alpha * (sigma / sigma_new)
-            o_new = o_acc * f.unsqueeze(-1) + torch.bmm(p_op, v[:, b0:b1])
-            l_new = l_acc * f + e.sum(dim=-1) / sigma_new
-            upd = p.amax(dim=-1) > 0  # rows with nothing to add keep their state (see the module docstring)
-            m, sigma = torch.where(upd, m_new, m), torch.where(upd, sigma_new, sigma)
+            ratio = torch.exp2(m - m_new) * (inv_new * torch.reciprocal(inv))
+            f = torch.where(m == -float("inf"), zero, ratio)  # nothing to rescale before the first token
+            if pv_accumulation == "fp8_wgmma":
+                pv = fp8_gemm_chain(p_op.double(), v[:, b0:b1].double().transpose(1, 2))
+                o_new = (o_acc.double() * f.double().unsqueeze(-1) + pv).float()  # the fold's FFMA: one rounding
+            else:
+                o_new = o_acc * f.unsqueeze(-1) + torch.bmm(p_op, v[:, b0:b1])
+            l_new = l_acc * f + e.sum(dim=-1) * inv_new
+            upd = p_max > 0  # rows with nothing to add keep their state (see the module docstring)
+            m, inv = torch.where(upd, m_new, m), torch.where(upd, inv_new, inv)
             l_acc = torch.where(upd, l_new, l_acc)
             o_acc = torch.where(upd.unsqueeze(-1), o_new, o_acc)
 
-    o = torch.where(seen.unsqueeze(-1), o_acc / l_acc.unsqueeze(-1), torch.zeros((), device=dev))
-    lse = torch.where(seen, m + torch.log(sigma * l_acc), torch.tensor(float("inf"), device=dev))
+    o = torch.where(seen.unsqueeze(-1), o_acc * torch.reciprocal(l_acc).unsqueeze(-1), zero)
+    lse = torch.where(seen, LN2 * (m + torch.log2(l_acc / inv)), torch.tensor(float("inf"), device=dev))
     return o, lse
-

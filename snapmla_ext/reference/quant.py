@@ -4,21 +4,26 @@ The CUDA kernels (Fused-K-Append, Fused-Q-Quant) must match these bit for bit, s
 
     x      = input.float()                                   (exact for bf16 / fp16 / fp32 inputs)
     amax   = torch.amax(|x[..., :512]|)                      NaN anywhere in the content -> amax NaN
-    scale  = clamp_min(amax, AMAX_FLOOR) / 448               fp32, IEEE round-to-nearest division (not a multiply
-                                                             by 1/448, which differs in the last bit); NaN stays NaN
-    inv    = 448 / clamp_min(amax, AMAX_FLOOR)               fp32, IEEE division, once per row
+    a      = clamp(amax, AMAX_FLOOR, CONTENT_MAX)            NaN stays NaN; +inf and anything above 2^16 -> 2^16
+    scale  = a / 448                                         fp32, IEEE round-to-nearest division (not a multiply
+                                                             by 1/448, which differs in the last bit)
+    inv    = 448 / a                                         fp32, IEEE division, once per row
     c8     = e4m3(clamp(x[..., :512] * inv, -448, 448))      fp32 multiply, then clamp, then RNE to e4m3fn
-    rope   = bf16(x[..., 512:] * inv)                        fp32 multiply, then RNE to bf16 (no clamp)
+    rope   = bf16(clamp(x[..., 512:], -ROPE_MAX, ROPE_MAX) * inv)   clamp (NaN stays), fp32 multiply, RNE to bf16
 
 x * inv is within one fp32 ulp of x / scale (the contract's c / s); the kernels multiply because 576 correctly rounded
 divisions per row made them instruction-bound, and this definition keeps them bit-identical to this reference.
 
+CONTENT_MAX = 2^16 and ROPE_MAX = 2^32 are the input range (kv_layout.h, docs/numerics_contract.md section 2):
+content saturates at +-2^16 and RoPE at +-2^32, so every scale is at most 2^16 / 448 and every decode result of a
+finite input is finite.
+
 Non-finite inputs follow from these formulas and nothing else (the kernels must not special-case them):
 - NaN anywhere in the 512 content values: scale = NaN, so every c8 and every RoPE value of the token is NaN.
-- +-inf in the content (and no NaN): scale = +inf and inv = 0; finite content values become +-0 (x * 0), the
-  infinite ones become NaN (inf * 0), and RoPE values become +-0 when finite, NaN when infinite.
-- +-inf or NaN only in the RoPE part: the scale is finite; that RoPE value stays +-inf or NaN (bf16 has both), the
-  rest of the token is unaffected.
+- +-inf in the content (and no NaN): it saturates like any value above 2^16: a = 2^16, the infinite values
+  become +-448 in e4m3 (+-2^16 dequantized), the rest is quantized against that scale.
+- +-inf in the RoPE part saturates to +-2^32 before the scaling; NaN there stays NaN and leaves the rest of the
+  token unaffected.
 The clamp matters for the cast: which out-of-range values torch's float8 cast saturates and which it turns into
 NaN differs across versions and devices, so no value outside [-448, 448] ever reaches it. With a finite scale,
 |x * inv| <= 448 up to one rounding, so the clamp only removes that rounding (448 * (1 + 2^-23) -> 448).
@@ -67,12 +72,12 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     xf = x.float()
     content, rope = xf[..., : L.D_CONTENT], xf[..., L.D_CONTENT :]
     amax = torch.amax(content.abs(), dim=-1)  # propagates NaN, unlike a max-reduction with fmaxf
-    floored = torch.clamp_min(amax, L.AMAX_FLOOR)
-    scale = div_ieee(floored, L.FP8_E4M3_MAX)
+    bounded = torch.clamp(amax, L.AMAX_FLOOR, L.CONTENT_MAX)  # torch.clamp keeps NaN
+    scale = div_ieee(bounded, L.FP8_E4M3_MAX)
     # 448 as a tensor on the same device: a tensor-by-tensor division is IEEE on CPU and CUDA alike.
-    inv = (torch.full_like(floored, L.FP8_E4M3_MAX) / floored).unsqueeze(-1)
+    inv = (torch.full_like(bounded, L.FP8_E4M3_MAX) / bounded).unsqueeze(-1)
     c8 = e4m3(content * inv)
-    rope_scaled = (rope * inv).to(torch.bfloat16)
+    rope_scaled = (torch.clamp(rope, -L.ROPE_MAX, L.ROPE_MAX) * inv).to(torch.bfloat16)
     return c8, rope_scaled, scale
 
 

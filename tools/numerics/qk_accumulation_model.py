@@ -6,8 +6,8 @@ Question: the kernels' lse is off the exact emulation in two measured cases (H20
   scaled by 400 (all 512 products of a dominant logit of one sign): 0.37 / 0.52 / 0.46 nats at lse 86 / 108 / 94.
 What does the accumulator do, and how much would promoting it to fp32 every g k-steps recover?
 
-Model of one k32 FP8 WGMMA step, D = C + sum of 32 products (microsoft/MMA-Sim's description of Hopper's FP8
-MMA, reimplemented here): the 32 exact products and C are aligned to the largest exponent among them (a
+Model of one k32 FP8 WGMMA step (snapmla_ext/reference/mma.py), D = C + sum of 32 products (microsoft/MMA-Sim's
+description of Hopper's FP8 MMA, reimplemented): the 32 exact products and C are aligned to the largest exponent among them (a
 product's exponent is the sum of its factors' exponents), each is truncated toward zero to 13 fraction bits of
 that exponent, the truncated terms are summed exactly, and the sum is truncated toward zero to 13 fraction bits
 (14 significant bits). Once C is large, the products lose their low bits to C's ulp; with products of one sign
@@ -42,41 +42,15 @@ import torch
 
 from snapmla_ext import layout as L
 from snapmla_ext.numerics.data import SyntheticConfig, synthetic_layer
+from snapmla_ext.reference.mma import (
+    BF16_K_STEP, BF16_MIN_EXP, BF16_STEP_FRAC_BITS, E4M3_MIN_EXP, FP8_FRAC_BITS, FP8_K_STEP, FP32_FRAC_BITS, mma_step,
+)
 from snapmla_ext.reference.quant import div_ieee, e4m3, quantize_rows
 
-K_STEP = 32  # content dims per FP8 WGMMA k-step
-ROPE_K_STEP = 16  # RoPE dims per BF16 WGMMA k-step
+K_STEP = FP8_K_STEP  # content dims per FP8 WGMMA k-step
+ROPE_K_STEP = BF16_K_STEP  # RoPE dims per BF16 WGMMA k-step
 CONTENT_STEPS = L.D_CONTENT // K_STEP  # 16
 ROPE_STEPS = L.D_ROPE // ROPE_K_STEP  # 4
-FP8_FRAC_BITS = 13
-BF16_STEP_FRAC_BITS, FP32_FRAC_BITS = 25, 23
-E4M3_MIN_EXP, BF16_MIN_EXP = -6, -126
-NO_EXP = -100000.0  # exponent of a zero term: never the largest
-
-
-def exponents(x: torch.Tensor, min_exp: int) -> torch.Tensor:
-    """floor(log2 |x|), at least min_exp (subnormals), NO_EXP for 0."""
-    e = torch.floor(torch.log2(x.abs())).clamp(min=min_exp)
-    return torch.where(x == 0, torch.full_like(x, NO_EXP), e)
-
-
-def truncate_frac(x: torch.Tensor, frac_bits: int) -> torch.Tensor:
-    """x truncated toward zero to frac_bits fraction bits of its own exponent (frac_bits + 1 significant bits)."""
-    unit = torch.exp2(exponents(x, -100000) - frac_bits)
-    return torch.where(x == 0, x, torch.trunc(x / unit) * unit)
-
-
-def mma_step(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, frac_bits: int, out_frac_bits: int,
-             min_exp: int) -> torch.Tensor:
-    """One WGMMA k-step as modelled above. c (R, T) float64, a (R, K) and b (T, K) the operands' values
-    (float64 holding e4m3 or bf16 numbers); returns D (R, T)."""
-    prods = a[:, None, :] * b[None, :, :]  # (R, T, K), exact in float64
-    e_prod = exponents(a, min_exp)[:, None, :] + exponents(b, min_exp)[None, :, :]
-    e_c = exponents(c, -126)
-    e_max = torch.maximum(e_prod.amax(-1), e_c)  # (R, T)
-    unit = torch.exp2(e_max - frac_bits)
-    total = (torch.trunc(prods / unit[..., None]) * unit[..., None]).sum(-1) + torch.trunc(c / unit) * unit
-    return truncate_frac(total, out_frac_bits)
 
 
 def qk_accumulated(qc, qr, kc, kr, group: int = CONTENT_STEPS) -> torch.Tensor:

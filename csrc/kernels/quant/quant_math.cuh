@@ -2,11 +2,13 @@
 //
 // Numerics (docs/numerics_contract.md sections 2-3), all in fp32 from the bf16 inputs, bit-identical to snapmla_ext.reference:
 //   amax = max_d |c_d|                 over the 512 content dims, NaN propagating (fmaxf would drop a NaN)
-//   s    = max(amax, AMAX_FLOOR) / 448  IEEE division (the build has no --use_fast_math): the stored scale
-//   inv  = 448 / max(amax, AMAX_FLOOR)  IEEE division, once per row
+//   a    = min(max(amax, AMAX_FLOOR), CONTENT_MAX)   NaN propagating; +inf and anything above 2^16 -> 2^16
+//   s    = a / 448                     IEEE division (the build has no --use_fast_math): the stored scale
+//   inv  = 448 / a                     IEEE division, once per row
 //   c8_d = e4m3(c_d * inv)              round to nearest even, saturate finite and inf to +-448, NaN stays NaN
-//                                       (cvt.rn.satfinite = clamp to +-448, then cast)
-//   r'_d = bf16(r_d * inv)              round to nearest even
+//                                       (cvt.rn.satfinite = clamp to +-448, then cast): |c| > 2^16 saturates
+//   r'_d = bf16(clamp(r_d, +-ROPE_MAX) * inv)   round to nearest even; NaN stays NaN, +-inf saturates (2^32)
+// CONTENT_MAX and ROPE_MAX are the input range of kv_layout.h: they keep every decode result finite.
 // c * inv is within one fp32 ulp of c / s; it replaces 576 correctly rounded divisions per row (about ten
 // instructions each, which made append and Q-quant issue-bound: 76% of the copy ceiling, 12 us for Q-quant at
 // b = 128, h_q = 128) by two divisions and 576 multiplies. The reference computes the same products.
@@ -45,6 +47,12 @@ struct RowChunks {
 
 // A NaN-propagating max: returns NaN when either argument is NaN (fmaxf returns the other argument).
 __device__ __forceinline__ float nan_max(float a, float b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ float nan_min(float a, float b) { return (a < b || a != a) ? a : b; }
+
+// A RoPE value clamped to [-ROPE_MAX, ROPE_MAX], NaN kept (fminf / fmaxf would turn a NaN into a bound).
+__device__ __forceinline__ float clamp_rope(float x) {
+  return fabsf(x) > L::ROPE_MAX ? copysignf(L::ROPE_MAX, x) : x;
+}
 
 __device__ __forceinline__ float2 bf162_to_float2(uint32_t packed) {
   __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&packed);
@@ -93,8 +101,8 @@ __device__ __forceinline__ RowScale row_scale(const RowChunks& r) {
 #pragma unroll
   for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2)
     amax = nan_max(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-  const float floored = nan_max(amax, L::AMAX_FLOOR);
-  return {__fdiv_rn(floored, L::FP8_E4M3_MAX), __fdiv_rn(L::FP8_E4M3_MAX, floored)};
+  const float bounded = nan_min(nan_max(amax, L::AMAX_FLOOR), L::CONTENT_MAX);
+  return {__fdiv_rn(bounded, L::FP8_E4M3_MAX), __fdiv_rn(L::FP8_E4M3_MAX, bounded)};
 }
 
 // 8 bf16 content values -> 8 e4m3 bytes (little endian: element 0 in the low byte).
@@ -116,13 +124,16 @@ __device__ __forceinline__ uint2 quantize_content_chunk(const uint4& chunk, floa
   return make_uint2(out[0], out[1]);
 }
 
-// 8 bf16 values -> 8 bf16 values bf16(float(x) * f): RoPE pre-scaling (f = inv) and its dequantization (f = s).
+// 8 bf16 values -> 8 bf16 values bf16(float(x) * f): RoPE pre-scaling (CLAMP: x saturated at +-ROPE_MAX first,
+// f = inv) and its dequantization (f = s).
+template <bool CLAMP>
 __device__ __forceinline__ uint4 scale_bf16_chunk(const uint4& chunk, float f) {
   const uint32_t* w = reinterpret_cast<const uint32_t*>(&chunk);
   uint32_t out[4];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     float2 x = bf162_to_float2(w[j]);
+    if constexpr (CLAMP) x = make_float2(clamp_rope(x.x), clamp_rope(x.y));
     out[j] = float2_to_bf162(__fmul_rn(x.x, f), __fmul_rn(x.y, f));
   }
   return make_uint4(out[0], out[1], out[2], out[3]);
@@ -186,7 +197,7 @@ __device__ __forceinline__ void quantize_and_store_row(const RowChunks& r, int l
 #pragma unroll
   for (int i = 0; i < CONTENT_CHUNKS_PER_LANE; ++i)
     *reinterpret_cast<uint2*>(dst.content[i]) = quantize_content_chunk(r.content[i], rs.inv);
-  if (lane < ROPE_CHUNKS) *reinterpret_cast<uint4*>(dst.rope) = scale_bf16_chunk(r.rope, rs.inv);
+  if (lane < ROPE_CHUNKS) *reinterpret_cast<uint4*>(dst.rope) = scale_bf16_chunk<true>(r.rope, rs.inv);
   if (lane == 0) *reinterpret_cast<float*>(dst.scale) = rs.s;
 }
 
@@ -202,7 +213,7 @@ __device__ __forceinline__ void dequant_token(const uint8_t* cache, int64_t slot
   uint4* out = reinterpret_cast<uint4*>(out_row);
 #pragma unroll
   for (int i = 0; i < CONTENT_CHUNKS_PER_LANE; ++i) out[lane + i * WARP_SIZE] = dequant_content_chunk(c[i], s);
-  if (lane < ROPE_CHUNKS) out[CONTENT_CHUNKS + lane] = scale_bf16_chunk(r, s);
+  if (lane < ROPE_CHUNKS) out[CONTENT_CHUNKS + lane] = scale_bf16_chunk<false>(r, s);
 }
 
 // A zero row for a token that is not in the cache (negative or out-of-range slot, past a request's pages).
