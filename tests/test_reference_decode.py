@@ -174,6 +174,16 @@ def test_combine_splits_weights_and_empty_pieces():
     assert lse[1] == INF and (o[1] == 0).all()
 
 
+def test_combine_splits_weights_sum_to_one_at_huge_lse():
+    """47 equal pieces at lse 1.5e18 (logits at the input range's far end): lse = m + log 47 rounds to m in fp32,
+    and weights exp(lse_i - lse) would be 1 each (o = 47 o_i); normalising by the sum keeps o = o_i."""
+    o_parts = torch.full((47, 1, 512), 0.25)
+    lse_parts = torch.full((47, 1), 1.5e18)
+    o, lse = combine_splits(o_parts, lse_parts)
+    assert_close_report(o, o_parts[0], name="o", atol=1e-6)
+    assert lse.item() == lse_parts[0, 0].item()
+
+
 # ---- decode over the paged cache ----
 
 

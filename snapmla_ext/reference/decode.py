@@ -23,14 +23,20 @@ def combine_splits(o_parts: torch.Tensor, lse_parts: torch.Tensor) -> tuple[torc
     """Merge split-KV pieces with log-sum-exp weights.
 
     o_parts (P, ..., 512) fp32, lse_parts (P, ...) fp32 natural log, +inf for a piece that saw no token (weight 0).
-    Returns o (..., 512) = sum_i exp(lse_i - lse) * o_i and lse (...) = logsumexp_i(lse_i); o = 0 and lse = +inf
-    where no piece saw a token.
+    Returns o (..., 512) = sum_i exp(lse_i - lse) * o_i (computed as exp(lse_i - m) / S with m = max_i lse_i,
+    S = sum_i exp(lse_i - m), as the combine kernel does) and lse (...) = m + log S; o = 0 and lse = +inf where no
+    piece saw a token.
     """
     lse_w = torch.where(lse_parts == float("inf"), torch.full_like(lse_parts, -float("inf")), lse_parts)
-    lse = torch.logsumexp(lse_w, dim=0)
-    empty = lse == -float("inf")
-    w = torch.where(empty.unsqueeze(0), torch.zeros_like(lse_w), torch.exp(lse_w - lse.unsqueeze(0)))
+    m = lse_w.amax(dim=0)
+    empty = m == -float("inf")
+    # Weights exp(lse_i - m) / S, as the combine kernel takes them: exp(lse_i - lse) with lse = m + log S would
+    # lose log S to fp32 rounding at lse ~1e18 (the input range's far end) and stop summing to 1.
+    e = torch.where(empty.unsqueeze(0), torch.zeros_like(lse_w), torch.exp(lse_w - torch.where(empty, 0.0, m).unsqueeze(0)))
+    total = e.sum(dim=0)
+    w = e * torch.where(empty, 0.0, torch.reciprocal(total)).unsqueeze(0)
     o = (w.unsqueeze(-1) * o_parts).sum(dim=0)
+    lse = m + torch.log(total)
     return o, torch.where(empty, torch.full_like(lse, float("inf")), lse)
 
 

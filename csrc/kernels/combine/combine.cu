@@ -3,7 +3,10 @@
 // For one query row of request r with pieces i = 0 .. n-1 (n = num_splits[r + 1] - num_splits[r] > 1):
 //   lse2_i = lse_accum[num_splits[r] + i][row]  (log2 domain, -inf for an empty piece)
 //   m = max_i lse2_i;  S = sum_i exp2(lse2_i - m);  lse2 = m + log2(S)
-//   o = sum_i exp2(lse2_i - lse2) * o_i         (o_i is already the piece's own normalised output)
+//   o = sum_i (exp2(lse2_i - m) / S) * o_i      (o_i is already the piece's own normalised output)
+// The weights are normalised by S, not taken as exp2(lse2_i - lse2): at logits of ~1e18 (the input range's
+// far end, docs/numerics_contract.md section 2) m + log2(S) rounds back to m in fp32, and weights of 1 for each
+// of k equal pieces gave |o| = k |v|.
 //   lse = lse2 * ln 2 (natural log); a row whose pieces are all empty gets o = 0, lse = +inf.
 // Empty pieces are skipped by select, never weighted by 0: their o_accum rows are not guaranteed to be finite.
 //
@@ -137,13 +140,15 @@ __global__ void __launch_bounds__(COMBINE_WARPS_PER_CTA * 32 * PIECE_GROUPS)
       const float l = lse_of(i);
       sum += l == -INFINITY ? 0.f : exp2f(l - m);
     }
-    const float lse2 = m + log2f(warp_sum(sum));
+    const float total = warp_sum(sum);  // >= 1: the largest piece contributes exp2(0)
+    const float inv_total = 1.f / total;
+    const float lse2 = m + log2f(total);
     if (writer) *g_lse_out = lse2 * LN2;
 
     for (int base = 0; base < n; base += 32) {
       const float l = base == 0 ? l_first : (base + lane < n ? lse_of(base + lane) : -INFINITY);
       const bool my_live = l != -INFINITY;
-      const float my_w = my_live ? exp2f(l - lse2) : 0.f;
+      const float my_w = my_live ? exp2f(l - m) * inv_total : 0.f;
       const unsigned live_mask = __ballot_sync(0xffffffffu, my_live);  // bit j: piece base + j is live
       const int count = min(32, n - base);
       const float* g_chunk = g_o + base * piece_stride;
