@@ -152,6 +152,13 @@ def get_mla_metadata(*args, **kwargs):
 def _checked_q(q) -> Union[torch.Tensor, QuantizedQ]:
     """q as given, after the Python-side checks of a BF16 q (the op checks it again, as Fused-Q-Quant does)."""
     if isinstance(q, QuantizedQ):
+        # The op checks the parts' dtypes, shapes and layouts (named q_content, q_rope, q_scale); the scale's shape
+        # is read here first, for the metadata's reuse check.
+        for name, t in (("q_content", q.content), ("q_rope", q.rope), ("q_scale", q.scale)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} (a QuantizedQ part) must be a torch.Tensor, got {type(t).__name__}")
+        if q.scale.dim() != 3:
+            raise ValueError(f"q_scale (QuantizedQ.scale) must have shape (b, s_q, h_q), got {tuple(q.scale.shape)}")
         return q
     if not isinstance(q, torch.Tensor):
         raise TypeError(f"q must be a torch.Tensor or a snapmla_ext.types.QuantizedQ, got {type(q).__name__}")

@@ -9,38 +9,7 @@ import torch
 from snapmla_ext import layout as L
 from snapmla_ext.decode_ops import SnapMLASchedMeta, flash_mla_with_kvcache, get_mla_metadata
 from snapmla_ext.types import QuantizedQ
-
-B, S_Q, H_Q, NUM_BLOCKS, MAX_PAGES, PARTS = 3, 2, 16, 5, 2, 4
-
-
-def valid_args():
-    """Valid CPU arguments of decode_fp8 (values are irrelevant: only metadata is checked)."""
-    return dict(
-        q_content=torch.zeros(B, S_Q, H_Q, L.D_CONTENT, dtype=torch.float8_e4m3fn),
-        q_rope=torch.zeros(B, S_Q, H_Q, L.D_ROPE, dtype=torch.bfloat16),
-        q_scale=torch.ones(B, S_Q, H_Q),
-        kv_cache=torch.zeros(NUM_BLOCKS, L.PAGE_BYTES, dtype=torch.uint8),
-        block_table=torch.zeros(B, MAX_PAGES, dtype=torch.int32),
-        cache_seqlens=torch.full((B,), 70, dtype=torch.int32),
-        tile_scheduler_metadata=torch.zeros(PARTS, 8, dtype=torch.int32),
-        num_splits=torch.zeros(B + 1, dtype=torch.int32),
-        softmax_scale=L.D_QK**-0.5,
-        causal=False,
-    )
-
-
-def call(ops, **override):
-    args = valid_args()
-    args.update(override)
-    return ops.decode_fp8(*args.values())
-
-
-def misaligned(shape, dtype, offset_elems):
-    """A contiguous tensor whose data pointer sits offset_elems elements past a 64-B aligned allocation."""
-    n = 1
-    for s in shape:
-        n *= s
-    return torch.zeros(n + offset_elems, dtype=dtype)[offset_elems:].view(shape)
+from utils.decode_args import B, H_Q, MAX_PAGES, NUM_BLOCKS, PARTS, S_Q, call, misaligned, valid_args
 
 
 # ---- dtype ----
@@ -302,6 +271,14 @@ def test_q_type():
         flash_mla_with_kvcache(**wrapper_args(q=[1, 2]))
 
 
+def test_quantized_q_parts_checked_by_name():
+    a = valid_args()
+    with pytest.raises(TypeError, match="q_rope \\(a QuantizedQ part\\) must be a torch.Tensor, got list"):
+        flash_mla_with_kvcache(**wrapper_args(q=QuantizedQ(a["q_content"], [0], a["q_scale"])))
+    with pytest.raises(ValueError, match=r"q_scale \(QuantizedQ.scale\) must have shape \(b, s_q, h_q\), got \(96,\)"):
+        flash_mla_with_kvcache(**wrapper_args(q=QuantizedQ(a["q_content"], a["q_rope"], a["q_scale"].flatten())))
+
+
 def test_q_dtype():
     with pytest.raises(ValueError, match="q must have dtype torch.bfloat16 \\(or be a QuantizedQ\\), got torch.float32"):
         flash_mla_with_kvcache(**wrapper_args(q=torch.zeros(B, S_Q, H_Q, 576)))
@@ -373,7 +350,8 @@ def test_stale_metadata_lengths_written_in_place(requires_ext):
 
 
 def test_stale_metadata_other_lengths_tensor(requires_ext):
-    meta = _filled_meta(torch.full((B,), 70, dtype=torch.int32))
+    planned = torch.full((B,), 70, dtype=torch.int32)  # kept alive: a freed tensor's memory may be reused by the next
+    meta = _filled_meta(planned)  # and identity is by data pointer (README, Limits)
     with pytest.raises(ValueError, match="stale metadata: cache_seqlens is another tensor than the one it was planned"):
         flash_mla_with_kvcache(**wrapper_args(tile_scheduler_metadata=meta, num_splits=None,
                                               cache_seqlens=torch.full((B,), 70, dtype=torch.int32)))
