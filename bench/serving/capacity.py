@@ -44,7 +44,7 @@ def capacity_table(budget_bytes: int, layers: int, contexts=CONTEXTS, reserved_p
 
 
 def format_capacity_table(rows: list[dict], budget_bytes: int, layers: int) -> str:
-    lines = [f"capacity: {budget_bytes / 2**30:.2f} GiB of KV over {layers} layers "
+    lines = [f"capacity: {budget_bytes / 2**30:.4g} GiB of KV over {layers} layers "
              f"({rows[0]['bf16_pages_per_layer'] if rows else 0} BF16 / {rows[0]['fp8_pages_per_layer'] if rows else 0} "
              f"FP8 pages of {PAGE_BLOCK_SIZE} tokens per layer)",
              f"{'context':>9} {'BF16 reqs':>10} {'FP8 reqs':>9} {'ratio':>6}"]
