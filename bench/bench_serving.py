@@ -536,33 +536,6 @@ def plot_throughput(json_path: str, png_path: Optional[str] = None) -> Optional[
     return png_path
 
 
-def merge_results(paths: list[str], out_dir: str) -> str:
-    """One JSON of several runs' results (the first run's environment and notes; settings must agree except s_q,
-    whose lists are joined). Raises ValueError naming the first setting that differs."""
-    runs = []
-    for path in paths:
-        with open(path) as f:
-            runs.append(json.load(f))
-    first = dict(runs[0])
-    for path, run in zip(paths[1:], runs[1:]):
-        for key, value in run["settings"].items():
-            if key not in ("s_q", "heads", "contexts") and value != first["settings"].get(key):
-                raise ValueError(f"{path}: settings[{key!r}] = {value!r}, but {paths[0]} has "
-                                 f"{first['settings'].get(key)!r}")
-    first["settings"] = dict(first["settings"], s_q=sorted({q for r in runs for q in r["settings"]["s_q"]}),
-                             heads=sorted({h for r in runs for h in r["settings"]["heads"]}),
-                             contexts=sorted({c for r in runs for c in r["settings"]["contexts"]}))
-    first["results"] = [res for r in runs for res in r["results"]]
-    first["merged_from"] = [os.path.basename(p) for p in paths]
-    first["environment"]["git_revisions"] = sorted({r["environment"].get("git_revision") for r in runs})
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, "bench_serving_" + first["environment"]["date"].replace("-", "").replace(":", "")
-                        [:15] + "Z_merged.json")
-    with open(path, "w") as f:
-        json.dump(first, f, indent=2)
-    return path
-
-
 PRESETS = {
     "full": dict(heads="16,64,128", contexts="16384,32768,65536,131072", layers=4, budget_layers=61, kv_gib=60.0,
                  steps=200, warmup=20, rounds=2, output_tokens=2048, max_batch=256, phase_reps=20),
@@ -577,7 +550,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--heads", help="h_q per rank, comma-separated (default 16,64,128; quick 16,128)")
     ap.add_argument("--mtp", action="store_true", help="also run s_q = 2 (MTP: one draft token per step)")
-    ap.add_argument("--mtp-only", action="store_true", help="run only s_q = 2 (with --merge: a run split in two)")
     ap.add_argument("--mtp-accept", type=float, default=0.7, help="probability that the draft is accepted (0.7)")
     ap.add_argument("--contexts", help="target contexts (default 16384,32768,65536,131072; quick 16384,65536)")
     ap.add_argument("--layers", type=int, help="attention layers run, each with its own cache (default 4; quick 2)")
@@ -600,8 +572,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--capacity", action="store_true", help="print the capacity table and exit (no GPU needed)")
     ap.add_argument("--out", help="also write the JSON (and PNG) into this directory")
     ap.add_argument("--plot", metavar="JSON", help="only draw the PNG of an earlier run's JSON")
-    ap.add_argument("--merge", nargs="+", metavar="JSON", help="only merge the results of runs of the same settings "
-                    "(e.g. s_q = 1 and --mtp-only) into one JSON in --out (and its PNG)")
+
     args = ap.parse_args(argv)
     preset = dict(PRESETS["full"])
     if args.quick:
@@ -620,11 +591,6 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.plot:
         print(plot_throughput(args.plot))
-        return 0
-    if args.merge:
-        path = merge_results(args.merge, args.out or H.RESULTS_DIR)
-        print("wrote", path)
-        print("wrote", plot_throughput(path))
         return 0
     heads = [int(x) for x in args.heads.split(",")]
     contexts = [int(x) for x in args.contexts.split(",")]
@@ -664,7 +630,7 @@ def main(argv=None) -> int:
     if not sides:
         print("nothing to run")
         return 2
-    s_qs = [2] if args.mtp_only else [1, 2] if args.mtp else [1]
+    s_qs = [1, 2] if args.mtp else [1]
     results, case_skips, summaries = [], {}, []
     print_header()
     for h_q in heads:
