@@ -1,7 +1,8 @@
 """Build of snapmla_ext: the single source of truth for the extension's sources and flags.
 
 Environment:
-  SNAPMLA_CUTLASS_DIR     a local CUTLASS checkout (its include/ is used) instead of the nvidia-cutlass package
+  SNAPMLA_CUTLASS_DIR     a local CUTLASS checkout (its include/ is used); without it the build takes the
+                          third_party/cutlass submodule when checked out, else the nvidia-cutlass package
   SNAPMLA_BUILD_GROUPS    comma list of source groups to build (default: all), e.g. "quant" while another
                           group is being written
   SNAPMLA_PTXAS_VERBOSE=1 add `ptxas -v` (registers, shared memory, spills) to the build log
@@ -47,22 +48,34 @@ def selected_sources():
     return [s for s in sources if os.path.exists(os.path.join(ROOT, s))]
 
 
-def cutlass_include_dirs():
+CUTLASS_SUBMODULE = os.path.join(ROOT, "third_party", "cutlass")  # NVIDIA/cutlass v4.2.0, the pip package's tag
+
+
+def find_cutlass():
+    """(include dirs, where they came from) of the CUTLASS/CuTe headers. In order: SNAPMLA_CUTLASS_DIR when set
+    (an explicit choice wins), the third_party/cutlass submodule when checked out (`git submodule update --init`),
+    else the nvidia-cutlass package (CI's route: no network needed). All three are CUTLASS 4.2.0's headers."""
     local = os.environ.get("SNAPMLA_CUTLASS_DIR")
     if local:
-        base = os.path.join(local, "include")
-        util = os.path.join(local, "tools", "util", "include")
+        root, origin = local, f"SNAPMLA_CUTLASS_DIR={local}"
+    elif os.path.isfile(os.path.join(CUTLASS_SUBMODULE, "include", "cute", "tensor.hpp")):
+        root, origin = CUTLASS_SUBMODULE, "the third_party/cutlass submodule"
     else:
         try:
             import cutlass_library
         except ImportError:
-            sys.exit("CUTLASS headers not found: `pip install nvidia-cutlass==4.2.0.0` or set SNAPMLA_CUTLASS_DIR")
-        src = os.path.join(os.path.dirname(cutlass_library.__file__), "source")
-        base = os.path.join(src, "include")
-        util = os.path.join(src, "tools", "util", "include")
+            sys.exit("CUTLASS headers not found: `git submodule update --init third_party/cutlass`, "
+                     "`pip install nvidia-cutlass==4.2.0.0`, or set SNAPMLA_CUTLASS_DIR")
+        root = os.path.join(os.path.dirname(cutlass_library.__file__), "source")
+        origin = f"the nvidia-cutlass package ({root})"
+    base = os.path.join(root, "include")
     if not os.path.isfile(os.path.join(base, "cute", "tensor.hpp")):
-        sys.exit(f"CUTLASS/CuTe headers not found under {base}")
-    return [base, util]
+        sys.exit(f"CUTLASS/CuTe headers not found under {base} (from {origin})")
+    return [base, os.path.join(root, "tools", "util", "include")], origin
+
+
+def cutlass_include_dirs():
+    return find_cutlass()[0]
 
 
 def cuda_include_dirs():
@@ -136,6 +149,7 @@ def extensions():
     from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
     include_dirs = ext_include_dirs()
+    print(f"snapmla_ext: CUTLASS headers from {find_cutlass()[1]}", flush=True)
     nvcc = nvcc_flags()
     ext = CUDAExtension(
         name="snapmla_ext._C",
