@@ -115,6 +115,8 @@ def nvcc_flags():
         "-U__CUDA_NO_HALF_CONVERSIONS__",
         "-U__CUDA_NO_BFLOAT16_OPERATORS__",
         "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+        # CUTLASS's PDL primitives (common/griddep.cuh) are no-ops without it.
+        "-DCUTLASS_ENABLE_GDC_FOR_SM90",
         "--ptxas-options=--warn-on-spills,--warn-on-local-memory-usage",
         f"--threads={os.environ.get('NVCC_THREADS', '4')}",
     ]

@@ -12,6 +12,8 @@ import pytest
 
 from utils.scripts import script_module
 
+CUTLASS_RESERVED_BARRIERS = 8  # cutlass::arch::NamedBarrier::ReservedNamedBarrierCount (CUTLASS 4.2)
+
 
 @pytest.fixture(scope="module")
 def sizes():
@@ -91,8 +93,10 @@ def test_narrow_decode_kernel_shows_its_design(sass_by_function):
     # The piece merge's two barriers over both math warpgroups (narrow/config.h BAR_MERGE_PUBLISHED = 3,
     # BAR_MERGE_READ = 4): one instruction each, shared by both warpgroups. A copy per warpgroup (the barrier
     # inside the per-warpgroup template) was reported by compute-sanitizer synccheck as a divergent barrier.
-    for bar in (3, 4):
-        n = len(re.findall(rf"BAR\.SYNC\.DEFER_BLOCKING 0x{bar}, 0x100", sass))
+    # CUTLASS's NamedBarrier numbers user barriers after its 8 reserved ones (common/mbarrier.cuh), so user id k
+    # is hardware barrier k + 8.
+    for bar in (3 + CUTLASS_RESERVED_BARRIERS, 4 + CUTLASS_RESERVED_BARRIERS):
+        n = len(re.findall(rf"BAR\.SYNC\.DEFER_BLOCKING 0x{bar:x}, 0x100", sass))
         assert n == 1, f"{n} bar.sync {bar} (256 threads) in the narrow kernel, expected one"
 
 

@@ -1,14 +1,24 @@
-// Thin inline-PTX wrappers for shared-memory mbarriers, proxy fences and setmaxnreg (sm_90a).
-// PTX ISA: "Parallel Synchronization and Communication Instructions: mbarrier" and "setmaxnreg".
+// Shared-memory mbarriers, proxy fences, named barriers and setmaxnreg (sm_90a), on CUTLASS's
+// (cutlass/arch/barrier.h, reg_reconfig.h). What is ours:
+// - a compiler-only memory fence after each barrier operation. CUTLASS's barrier asm statements declare no memory
+//   clobber, and ours order plain C++ shared-memory loads and stores (the merge's state exchange, the scales)
+//   against them; the fence emits no instruction.
+// - `opaque`, which hides a value from the optimiser. CUTLASS has nothing like it.
+// - release_stage, which names the consumer-side release of a TMA stage and says why it has no proxy fence.
 #pragma once
 
 #include <cstdint>
 
+#include <cute/arch/util.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
 namespace snapmla::sm90 {
 
-__device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
-}
+// Compiler-only: memory accesses are not moved across it (no instruction).
+__device__ __forceinline__ void compiler_fence() { asm volatile("" ::: "memory"); }
+
+__device__ __forceinline__ uint32_t smem_u32(const void* ptr) { return cute::cast_smem_ptr_to_uint(ptr); }
 
 // A value the compiler cannot see through (no code): keeps it from hoisting what is derived from it out of a
 // loop into registers that would spill.
@@ -22,43 +32,44 @@ __device__ __forceinline__ int opaque(int v) {
 }
 
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrive_count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(arrive_count) : "memory");
+  cutlass::arch::ClusterBarrier::init(bar, arrive_count);
+  compiler_fence();
 }
 
 // Makes the initialised barriers visible to the async proxy (TMA) before any thread uses them.
 __device__ __forceinline__ void fence_barrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  cutlass::arch::fence_barrier_init();
+  compiler_fence();
 }
 
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+  compiler_fence();
+  cutlass::arch::ClusterBarrier::arrive(bar);
 }
 
 // One arrival that also announces `tx_bytes` of TMA traffic completing on this barrier's current phase.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t tx_bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
-               "r"(tx_bytes)
-               : "memory");
+  compiler_fence();
+  cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bar, tx_bytes);
 }
 
 // Blocks until the phase with parity `parity` has completed. A fresh barrier is in phase 0, so waiting for
 // parity 1 returns at once: producers wait on "empty" barriers with the flipped parity.
+// A loop over ClusterBarrier::try_wait rather than ClusterBarrier::wait: wait passes a suspend-time hint of 10^7 ns,
+// which ptxas turns into a NANOSLEEP and a second phase check on every retry path (4 more SYNCS per kernel); the
+// hardware's own try_wait time limit is what the kernels were tuned with.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait_loop:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_loop;\n"
-      "}\n" ::"r"(smem_u32(bar)),
-      "r"(parity)
-      : "memory");
+  while (!cutlass::arch::ClusterBarrier::try_wait(bar, parity)) {
+  }
+  compiler_fence();
 }
 
 // Ordinary shared-memory stores become visible to the async proxy (WGMMA operand reads, TMA) only after this
 // fence in the writing thread, followed by a barrier the reader waits on.
 __device__ __forceinline__ void fence_proxy_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  compiler_fence();
+  cutlass::arch::fence_view_async_shared();
+  compiler_fence();
 }
 
 // Consumer release of a TMA-filled stage (its "empty" barrier), after the consumer's last read of it, generic
@@ -71,23 +82,18 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
 // The fence stays where it is needed: generic stores that a WGMMA or TMA reads next (the P^T hand-off).
 __device__ __forceinline__ void release_stage(uint64_t* empty_bar) { mbarrier_arrive(empty_bar); }
 
-// Named CTA barrier `id` (1..15; 0 is __syncthreads) over `count` threads (a multiple of 32): every thread
-// blocks until `count` threads arrived; shared-memory writes before it are visible to the readers after it.
+// User ids of named barriers: CUTLASS's NamedBarrier::sync adds its 8 reserved ids, so our id k is hardware
+// barrier k + 8 (bar.sync 0xb for k = 3 in SASS); hardware id 0 is __syncthreads, and there are 16.
+inline constexpr int MAX_NAMED_BARRIER_ID = static_cast<int>(cutlass::arch::NamedBarrier::HardwareMaxNumNamedBarriers -
+                                                             cutlass::arch::NamedBarrier::ReservedNamedBarrierCount) - 1;
+static_assert(MAX_NAMED_BARRIER_ID == 7, "the kernels' barrier ids (1..4) assume 8 reserved of 16");
+
+// Named CTA barrier `id` (1..MAX_NAMED_BARRIER_ID) over `count` threads (a multiple of 32): every thread blocks
+// until `count` threads arrived; shared-memory writes before it are visible to the readers after it.
 __device__ __forceinline__ void named_barrier_sync(int id, int count) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
-}
-
-// Per-warpgroup register budget (needs __launch_bounds__(threads, 1) on the kernel; counts are multiples of 8).
-template <int REGS>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  static_assert(REGS % 8 == 0 && REGS >= 24 && REGS <= 256, "setmaxnreg takes a multiple of 8 in [24, 256]");
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGS));
-}
-
-template <int REGS>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  static_assert(REGS % 8 == 0 && REGS >= 24 && REGS <= 256, "setmaxnreg takes a multiple of 8 in [24, 256]");
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGS));
+  compiler_fence();
+  cutlass::arch::NamedBarrier::sync(count, id);
+  compiler_fence();
 }
 
 }  // namespace snapmla::sm90

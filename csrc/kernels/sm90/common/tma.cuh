@@ -1,45 +1,33 @@
-// Thin inline-PTX wrappers for TMA tile loads (cp.async.bulk.tensor) and 1-D bulk copies (cp.async.bulk)
-// completing on an mbarrier (sm_90).
-// The tensor map lives in kernel parameter space (__grid_constant__); its generic address is passed as is.
-// PTX ISA: "Data Movement and Conversion Instructions: cp.async.bulk.tensor".
+// TMA tile loads (cp.async.bulk.tensor) and 1-D bulk copies (cp.async.bulk) completing on an mbarrier (sm_90), on
+// CuTe's copy operations (cute/arch/copy_sm90_tma.hpp, copy_sm90_desc.hpp). The tensor map lives in kernel
+// parameter space (__grid_constant__); its generic address is passed as is. Tensor-map creation stays on the
+// driver entry point (tensor_map.h).
 #pragma once
 
 #include <cstdint>
 
 #include <cuda.h>
 
-#include "kernels/sm90/common/mbarrier.cuh"
+#include <cute/arch/copy_sm90_desc.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
 
 namespace snapmla::sm90 {
 
-__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {
-  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
+// The query tile is read once per piece: the default L2 policy (EVICT_NORMAL, as an unhinted load).
+inline constexpr uint64_t TMA_CACHE_HINT = static_cast<uint64_t>(cute::TMA::CacheHintSm90::EVICT_NORMAL);
 
-__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
-      ::"r"(smem_u32(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
-      : "memory");
-}
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) { cute::prefetch_tma_descriptor(map); }
 
 __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
                                             int c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
-      "[%2];" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
+  cute::SM90_TMA_LOAD_3D::copy(map, bar, TMA_CACHE_HINT, dst, c0, c1, c2);
 }
 
 // A 1-D bulk copy of `bytes` (a multiple of 16; both addresses 16-B aligned) from global to shared memory,
 // completing on an mbarrier. No tensor map, no swizzle, no bounds: the decode kernels' pages are stored as their
-// shared-memory image (kv_layout.h). PTX ISA: "cp.async.bulk".
+// shared-memory image (kv_layout.h).
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   smem_u32(dst)),
-               "l"(src), "r"(bytes), "r"(smem_u32(bar))
-               : "memory");
+  cute::SM90_BULK_COPY_G2S::copy(src, bar, dst, static_cast<int32_t>(bytes));
 }
 
 }  // namespace snapmla::sm90

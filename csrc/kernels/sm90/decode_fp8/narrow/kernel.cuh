@@ -28,6 +28,7 @@
 // the transpose); tensor work 2 x 64 x 16 x 512 (QK and PV each, FP8) + 2 x 64 x 16 x 64 (RoPE, BF16).
 #pragma once
 
+#include "kernels/sm90/common/stage_ring.cuh"
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
 #include "kernels/sm90/decode_fp8/narrow/merge_store.cuh"
@@ -42,6 +43,9 @@
 
 namespace snapmla::sm90::decode_fp8::narrow {
 
+static_assert(BAR_WG0 >= 1 && BAR_WG0 + NUM_MATH_WG - 1 <= MAX_NAMED_BARRIER_ID && BAR_MERGE_READ <= MAX_NAMED_BARRIER_ID,
+              "named barrier ids (common/mbarrier.cuh)");
+
 // One block owned by this warpgroup: QK issued, V^T fragments loaded and the k scales read while it runs; the
 // stage goes back to the producer once the QK retired (the earlier a stage is free, the more pages are in
 // flight: the kernel is bound by HBM). Then the softmax, P^T and the PV from registers. Every block runs this one
@@ -55,15 +59,15 @@ __device__ __forceinline__ void own_block(NarrowStorage& ss, int wg, int warp, i
   float sc[QK_CHAINS][ACC];
 #pragma unroll
   for (int c = 0; c < QK_CHAINS; ++c) wgmma_fence_operands(sc[c]);
-  wgmma_arrive();
+  cute::warpgroup_arrive();
   issue_qk_t<ROWS>(sc, smem_u32(ss.kv_content[stage]), smem_u32(ss.kv_rope[stage]), smem_u32(ss.q_content[qbuf]),
                    smem_u32(ss.q_rope[qbuf]));
-  wgmma_commit();
+  cute::warpgroup_commit_batch();
   uint32_t a[M_TILES][PV_STEPS][4];
   load_v_block<true, M_TILES>(a, smem_u32(ss.kv_content[stage]), 0, warp, lane, n_valid);
   const int tau0 = 16 * warp + lane / 4;  // the thread's tokens tau0, tau0 + 8 (qk_softmax.cuh)
   const float ks[2] = {ss.kv_scale[stage][tau0], ss.kv_scale[stage][tau0 + 8]};
-  wgmma_wait<0>();
+  cute::warpgroup_wait<0>();
   float s[ACC];
 #pragma unroll
   for (int c = 0; c < QK_CHAINS; ++c) wgmma_fence_operands(sc[c]);
@@ -109,7 +113,7 @@ __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, const SchedR
     const int qbuf = piece % Q_BUFS;
     const int n_blocks = pc.blk_end - pc.blk_begin;
     const int first_own = (block_idx & 1) == wg ? 0 : 1;
-    mbarrier_wait(&ss.q_full[qbuf], (piece / Q_BUFS) & 1);
+    StageRing<Q_BUFS>::wait_full(ss.q_full, piece);
     if (first_own >= n_blocks) mbarrier_arrive(&ss.q_empty[qbuf]);  // no QK of this warpgroup in the piece
     if (piece == 0) ct.mark();
     for (int j = first_own; j < n_blocks; j += 2) {
@@ -121,7 +125,7 @@ __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, const SchedR
       for (int ce = 0; ce < COLS_PER_THREAD; ++ce) n_vis[ce] = pr.limit[ce] - blk * BLOCK_N;
       const int n_valid = pc.seqlen - blk * BLOCK_N;
       const bool release_q = j + 2 >= n_blocks;
-      mbarrier_wait(&ss.kv_full[stage], (n / STAGES) & 1);
+      StageRing<STAGES>::wait_full(ss.kv_full, n);
       bt.mark();
       // One block body for every block, masked at run time
       // (for a whole block n_vis >= 64 and n_valid >= 64 keep every token). The whole-block and causal-only

@@ -27,6 +27,7 @@
 
 #include "kernels/sm90/common/ldmatrix.cuh"
 #include "kernels/sm90/common/mbarrier.cuh"
+#include "kernels/sm90/common/swizzle.cuh"
 #include "kernels/sm90/common/wgmma.cuh"
 #include "kernels/sm90/decode_fp8/narrow/config.h"
 
@@ -39,12 +40,12 @@ __device__ __forceinline__ void load_v_frags(uint32_t (&a)[PV_STEPS][4], uint32_
                                              int n_valid) {
   const int k = lane / 8, i = lane % 8;  // address role: row i of matrix k
   const int chunk = (mt % 2) * 4 + warp;  // 16-B chunk of the 128-B token row of tile mt / 2
-  const uint32_t base = content + (mt / 2) * CONTENT_TILE_BYTES + (8 * k + i) * SWIZZLE_ROW_BYTES + ((chunk ^ i) << 4);
+  const uint32_t base = content + (mt / 2) * CONTENT_TILE_BYTES + sw128_chunk_offset(8 * k + i, chunk);
   const int q = lane % 4;
 #pragma unroll
   for (int g = 0; g < PV_STEPS; ++g) {
     uint32_t x[4];
-    ldsm_x4_trans(base + 32 * g * SWIZZLE_ROW_BYTES, x);
+    ldsm_x4_trans(base + 32 * g * SWIZZLE_ROW_BYTES, x);  // rows 32 apart: the same chunk XOR (row % 8)
     uint32_t keep_lo = 0xffffffffu, keep_hi = 0xffffffffu;  // bytes of tokens 32g + 16h + 2q + {0, 1, 8, 9}
     if (MASKED) {
       const int lim_lo = n_valid - 32 * g - 2 * q, lim_hi = lim_lo - 16;
@@ -65,14 +66,14 @@ __device__ __forceinline__ void issue_pv_wave(float (&acc)[WMT][N / 2], const ui
                                               uint64_t pt_desc) {
 #pragma unroll
   for (int m = 0; m < WMT; ++m) wgmma_fence_operands(acc[m]);
-  wgmma_arrive();
+  cute::warpgroup_arrive();
 #pragma unroll
   for (int m = 0; m < WMT; ++m) {
 #pragma unroll
     for (int g = 0; g < PV_STEPS; ++g)
       wgmma_m64n16k32_e4m3_rs(acc[m], a[m][g], pt_desc + ((g * K_STEP_BYTES) >> 4), g > 0);
   }
-  wgmma_commit();
+  cute::warpgroup_commit_batch();
 }
 
 // O^T[mt] = O^T[mt] * o_scale[column] + acc; accumulator index 4i + 2rr + e is column (row of the query)
@@ -108,16 +109,16 @@ __device__ __forceinline__ void pv_block(float (&o)[MT][N / 2], const float (&o_
   constexpr int WAVES_ = MT / WMT;
   static_assert(MT % WMT == 0, "whole waves");
   using WaveA = const uint32_t(*)[WMT][PV_STEPS][4];
-  const uint64_t pt_desc = make_smem_desc(pt, 8 * BLOCK_N, SmemSwizzle::k64B);  // 512 B per 8 rows of 64 B
+  const uint64_t pt_desc = make_smem_desc(pt, 8 * BLOCK_N, SmemSwizzle::B64);  // 512 B per 8 rows of 64 B
   float acc[2][WMT][N / 2];
   issue_pv_wave<N, WMT>(acc[0], *reinterpret_cast<WaveA>(&a[0]), pt_desc);
 #pragma unroll
   for (int wv = 0; wv < WAVES_; ++wv) {
     if (wv + 1 < WAVES_) {
       issue_pv_wave<N, WMT>(acc[(wv + 1) % 2], *reinterpret_cast<WaveA>(&a[(wv + 1) * WMT]), pt_desc);
-      wgmma_wait<1>();
+      cute::warpgroup_wait<1>();
     } else {
-      wgmma_wait<0>();
+      cute::warpgroup_wait<0>();
     }
 #pragma unroll
     for (int m = 0; m < WMT; ++m) {

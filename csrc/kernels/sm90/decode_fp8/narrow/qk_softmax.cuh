@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "kernels/sm90/common/swizzle.cuh"
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/wgmma.cuh"
 #include "kernels/sm90/decode_fp8/narrow/config.h"
@@ -56,8 +57,8 @@ __device__ __forceinline__ void issue_qk_t(float (&s)[QK_CHAINS][N / 2], uint32_
   constexpr int Q_TILE = N * SWIZZLE_ROW_BYTES;
   constexpr int CHAIN = QK_CONTENT_STEPS / QK_CHAINS;
   static_assert(QK_CONTENT_STEPS % QK_CHAINS == 0, "every chain has CHAIN steps, the first with scale-d = 0");
-  const uint64_t k_desc = make_smem_desc(kv_content, SBO, SmemSwizzle::k128B);
-  const uint64_t q_desc = make_smem_desc(q_content, SBO, SmemSwizzle::k128B);
+  const uint64_t k_desc = make_smem_desc(kv_content, SBO, SmemSwizzle::B128);
+  const uint64_t q_desc = make_smem_desc(q_content, SBO, SmemSwizzle::B128);
 #pragma unroll
   for (int kk = 0; kk < QK_CONTENT_STEPS; ++kk) {
     const int in_row = (kk % STEPS_PER_SWIZZLE_ROW) * K_STEP_BYTES;
@@ -65,8 +66,8 @@ __device__ __forceinline__ void issue_qk_t(float (&s)[QK_CHAINS][N / 2], uint32_
     const uint32_t q_off = ((kk / STEPS_PER_SWIZZLE_ROW) * Q_TILE + in_row) >> 4;
     wgmma_m64n16k32_e4m3_ss(s[kk / CHAIN], k_desc + k_off, q_desc + q_off, kk % CHAIN > 0);
   }
-  const uint64_t kr_desc = make_smem_desc(kv_rope, SBO, SmemSwizzle::k128B);
-  const uint64_t qr_desc = make_smem_desc(q_rope, SBO, SmemSwizzle::k128B);
+  const uint64_t kr_desc = make_smem_desc(kv_rope, SBO, SmemSwizzle::B128);
+  const uint64_t qr_desc = make_smem_desc(q_rope, SBO, SmemSwizzle::B128);
 #pragma unroll
   for (int kk = 0; kk < QK_ROPE_STEPS; ++kk) {
     const uint32_t off = (kk * K_STEP_BYTES) >> 4;
@@ -217,7 +218,7 @@ __device__ __forceinline__ void store_pt(uint32_t pt,  // (N x 64 B) Swizzle-64B
       const int ce = 2 * i + e;
       const int c = 8 * i + 2 * t + e;
       const uint32_t b = e4m3x2(s[4 * i + e] * cs[ce].inv, s[4 * i + 2 + e] * cs[ce].inv);
-      const uint32_t addr = pt + c * BLOCK_N + ((warp ^ ((c >> 1) & 3)) << 4) + kap0;
+      const uint32_t addr = pt + sw64_chunk_offset(c, warp) + kap0;
       asm volatile("st.shared.u8 [%0], %1;" ::"r"(addr), "r"(b & 0xffu) : "memory");
       asm volatile("st.shared.u8 [%0], %1;" ::"r"(addr + 2), "r"(b >> 8) : "memory");
     }

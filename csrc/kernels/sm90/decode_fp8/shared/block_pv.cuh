@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/sm90/common/stage_ring.cuh"
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/wgmma.cuh"
 #include "kernels/sm90/decode_fp8/narrow/pv.cuh"
@@ -34,7 +35,7 @@ __device__ __forceinline__ void pv_block(float (&o)[PV_M_TILES][32], SharedStora
   const uint32_t content = smem_u32(ss.kv_content[stage]);
   float col_scale[16];
   if constexpr (!LEAN_SCALES) read_col_scales(tile, lane % 4, col_scale);
-  const uint64_t pt_desc = make_smem_desc(tile, 8 * BLOCK_N, SmemSwizzle::k64B);  // P^T: 512 B per 8 rows of 64 B
+  const uint64_t pt_desc = make_smem_desc(tile, 8 * BLOCK_N, SmemSwizzle::B64);  // P^T: 512 B per 8 rows of 64 B
   uint32_t a[2][PV_STEPS][4];
   narrow::load_v_frags<MASKED>(a[0], content, PV_M_TILES * wg, warp, lane, n_valid);
 #pragma unroll
@@ -43,18 +44,18 @@ __device__ __forceinline__ void pv_block(float (&o)[PV_M_TILES][32], SharedStora
   for (int mt = 0; mt < PV_M_TILES; ++mt) {
     float acc[32];
     wgmma_fence_operands(acc);
-    wgmma_arrive();
+    cute::warpgroup_arrive();
 #pragma unroll
     for (int g = 0; g < PV_STEPS; ++g)
       wgmma_m64n64k32_e4m3_rs(acc, a[mt % 2][g], pt_desc + ((g * K_STEP_BYTES) >> 4), g > 0);
-    wgmma_commit();
+    cute::warpgroup_commit_batch();
     if (mt + 1 < PV_M_TILES) {
       // Other registers than the ones in flight: a[(mt + 1) % 2] belonged to m-tile mt - 1, retired.
       narrow::load_v_frags<MASKED>(a[(mt + 1) % 2], content, PV_M_TILES * wg + mt + 1, warp, lane, n_valid);
 #pragma unroll
       for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[(mt + 1) % 2][g]);
     }
-    wgmma_wait<0>();
+    cute::warpgroup_wait<0>();
     wgmma_fence_operands(acc);
 #pragma unroll
     for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[mt % 2][g]);
@@ -78,7 +79,7 @@ __device__ __forceinline__ void pv_block(float (&o)[PV_M_TILES][32], SharedStora
 __device__ __forceinline__ void take_handoff_state(SharedStorage& ss, int n, int row0, RowState (&st)[2],
                                                    float (&o_scale)[2]) {
   const int stage = n % KV_STAGES;
-  mbarrier_wait(&ss.xchg_full[stage], (n / KV_STAGES) & 1);
+  StageRing<KV_STAGES>::wait_full(ss.xchg_full, n);
   read_block_state(smem_u32(ss.kv_rope[stage]), row0, st, o_scale);
 }
 

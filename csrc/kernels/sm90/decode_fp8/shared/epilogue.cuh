@@ -23,6 +23,7 @@
 namespace snapmla::sm90::decode_fp8 {
 
 inline constexpr int BAR_EPILOGUE_WG0 = 1;  // named barrier of math warpgroup wg: + wg (0 is __syncthreads)
+static_assert(BAR_EPILOGUE_WG0 + 1 <= MAX_NAMED_BARRIER_ID, "named barrier ids (common/mbarrier.cuh)");
 
 // req, split: the piece's request and its index among the request's pieces (passed apart from the Piece so the
 // caller need not keep them in registers across its block loop). state_of(rr): the state of the thread's row

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 
+#include "kernels/sm90/common/swizzle.cuh"
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/decode_fp8/shared/config.h"
 #include "kernels/sm90/decode_fp8/shared/softmax.cuh"
@@ -51,7 +52,7 @@ __device__ __forceinline__ void publish_pt(uint32_t tile, const uint32_t (&p)[8]
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = row0 + 8 * r;
-        const uint32_t addr = tile + row * BLOCK_N + (((2 * g + h) ^ ((row >> 1) & 3)) << 4) + 4 * t;
+        const uint32_t addr = tile + sw64_chunk_offset(row, 2 * g + h) + 4 * t;
         asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(p[4 * g + 2 * h + r]) : "memory");
       }
     }

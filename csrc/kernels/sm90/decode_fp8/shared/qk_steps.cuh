@@ -21,16 +21,16 @@ inline constexpr uint32_t QK_DESC_SBO = 8 * SWIZZLE_ROW_BYTES;  // 1024 B betwee
 // opaque move so that the compiler rebuilds the per-step descriptors (2 integer adds each) instead of hoisting 40
 // registers across the block loop.
 __device__ __forceinline__ uint64_t q_content_desc(const SharedStorage& ss) {
-  return opaque(make_smem_desc(smem_u32(ss.q_content), QK_DESC_SBO, SmemSwizzle::k128B));
+  return opaque(make_smem_desc(smem_u32(ss.q_content), QK_DESC_SBO, SmemSwizzle::B128));
 }
 __device__ __forceinline__ uint64_t q_rope_desc(const SharedStorage& ss) {
-  return opaque(make_smem_desc(smem_u32(ss.q_rope), QK_DESC_SBO, SmemSwizzle::k128B));
+  return opaque(make_smem_desc(smem_u32(ss.q_rope), QK_DESC_SBO, SmemSwizzle::B128));
 }
 __device__ __forceinline__ uint64_t k_content_desc(const SharedStorage& ss, int stage) {
-  return make_smem_desc(smem_u32(ss.kv_content[stage]), QK_DESC_SBO, SmemSwizzle::k128B);
+  return make_smem_desc(smem_u32(ss.kv_content[stage]), QK_DESC_SBO, SmemSwizzle::B128);
 }
 __device__ __forceinline__ uint64_t k_rope_desc(const SharedStorage& ss, int stage) {
-  return make_smem_desc(smem_u32(ss.kv_rope[stage]), QK_DESC_SBO, SmemSwizzle::k128B);
+  return make_smem_desc(smem_u32(ss.kv_rope[stage]), QK_DESC_SBO, SmemSwizzle::B128);
 }
 
 // Content k-steps FIRST .. FIRST + COUNT - 1 into acc, the first of them overwriting it (scale-d = 0). Addresses

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "common/griddep.cuh"
+#include "kernels/sm90/common/stage_ring.cuh"
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
 #include "kernels/sm90/decode_fp8/shared/kernel_prologue.cuh"
@@ -120,16 +121,16 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
   BlockTrace btrace(lane == 0);  // -DSNAPMLA_TRACE_BLOCKS only (trace/block.cuh): each page's issue
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
-    const int qbuf = piece % Q_BUFS_;
+    const int qbuf = StageRing<Q_BUFS_>::stage(piece);
     auto query_tile = [&] {
       if (lane != 0) return;
       // The buffer of piece - Q_BUFS is free once both math warpgroups did their last QK of that piece.
-      if (piece >= Q_BUFS_) mbarrier_wait(&ss.q_empty[qbuf], ((piece / Q_BUFS_) - 1) & 1);
+      StageRing<Q_BUFS_>::wait_empty(ss.q_empty, piece);
       issue_query_tile(kp, ss, qbuf, req);  // overloaded per Storage
     };
     walk_piece_pages(p, pc, req, lane, n, query_tile, [&](int blk_n, int page) {
-      const int stage = blk_n % STAGES_;
-      if (blk_n >= STAGES_) mbarrier_wait(&ss.kv_empty[stage], ((blk_n / STAGES_) - 1) & 1);
+      const int stage = StageRing<STAGES_>::stage(blk_n);
+      StageRing<STAGES_>::wait_empty(ss.kv_empty, blk_n);
       btrace.mark();
       uint64_t* bar = &ss.kv_full[stage];
       mbarrier_arrive_expect_tx(bar, kvl::PAGE_BYTES);
@@ -155,10 +156,10 @@ __device__ __forceinline__ void split_roles(const KernelParams& kp, Storage& ss,
   griddep_launch_dependents();
   const int wg = threadIdx.x / WG_THREADS;
   if (wg == PRODUCER_WG) {
-    setmaxnreg_dec<PRODUCER_REGS_>();
+    cutlass::arch::warpgroup_reg_dealloc<PRODUCER_REGS_>();
     if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<Storage>(kp, ss, load_sched_row(kp.p));
   } else {
-    setmaxnreg_inc<MATH_REGS_>();
+    cutlass::arch::warpgroup_reg_alloc<MATH_REGS_>();
     run_math(load_sched_row(kp.p), wg);
   }
 }

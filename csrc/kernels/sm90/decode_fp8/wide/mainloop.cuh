@@ -32,6 +32,7 @@
 // 2026-11-29).
 #pragma once
 
+#include "kernels/sm90/common/stage_ring.cuh"
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/wgmma.cuh"
 #include "kernels/sm90/decode_fp8/shared/block_pv.cuh"
@@ -70,16 +71,16 @@ __device__ __forceinline__ void issue_qk(float (&s)[WIDE_QK_CHAINS][32], const S
 __device__ __forceinline__ void qk_block(float (&s)[32], SharedStorage& ss, int block_idx, bool release_q,
                                          PhaseTimer& tm, BlockTrace& bt) {
   const int stage = block_idx % KV_STAGES;
-  mbarrier_wait(&ss.kv_full[stage], (block_idx / KV_STAGES) & 1);
+  StageRing<KV_STAGES>::wait_full(ss.kv_full, block_idx);
   tm.mark(TP_WAIT_KV);
   bt.mark();
   float sc[WIDE_QK_CHAINS][32];  // not initialised: each chain's first WGMMA has scale-d = 0 (issue_qk)
 #pragma unroll
   for (int c = 0; c < WIDE_QK_CHAINS; ++c) wgmma_fence_operands(sc[c]);
-  wgmma_arrive();
+  cute::warpgroup_arrive();
   issue_qk(sc, ss, stage);
-  wgmma_commit();
-  wgmma_wait<0>();
+  cute::warpgroup_commit_batch();
+  cute::warpgroup_wait<0>();
 #pragma unroll
   for (int c = 0; c < WIDE_QK_CHAINS; ++c) wgmma_fence_operands(sc[c]);
   static_assert(WIDE_QK_CHAINS == 2, "the sum below");
@@ -120,7 +121,7 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
     // Local block j of the piece is running block block_idx + j, owned by warpgroup (block_idx + j) % 2.
     const int n_blocks = pc.blk_end - pc.blk_begin;
     const int first_own = (block_idx & 1) == wg ? 0 : 1;
-    mbarrier_wait(&ss.q_full[0], piece & 1);  // one query tile per piece
+    StageRing<1>::wait_full(ss.q_full, piece);  // one query tile per piece
     if (first_own >= n_blocks) mbarrier_arrive(&ss.q_empty[0]);  // no QK of this warpgroup in the piece
     tm.mark(TP_PIECE_EDGES);
     if (piece == 0) ct.mark();
@@ -165,7 +166,7 @@ __device__ void run_math(const KernelParams& kp, SharedStorage& ss, const SchedR
       tm.mark(TP_SOFTMAX_PUBLISH);
       if (j > 0) pv_after_handoff(o, ss, n - 1, wg, warp, lane, pc.seqlen - (blk - 1) * BLOCK_N);
       tm.mark(TP_PV_PREV);
-      mbarrier_wait(&ss.xchg_full[stage], (n / KV_STAGES) & 1);  // the own hand-off: all 128 threads' stores
+      StageRing<KV_STAGES>::wait_full(ss.xchg_full, n);  // the own hand-off: all 128 threads' stores
       tm.mark(TP_WAIT_OWN);
       pv_after_handoff(o, ss, n, wg, warp, lane, pc.seqlen - blk * BLOCK_N);
       tm.mark(TP_PV_OWN);

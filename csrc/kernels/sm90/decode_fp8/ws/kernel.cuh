@@ -51,13 +51,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) snapmla_decode_fp8_ws_kernel(co
   griddep_launch_dependents();
   const int wg = threadIdx.x / WG_THREADS;
   if (wg == PRODUCER_WG) {
-    setmaxnreg_dec<WS_PRODUCER_REGS>();
+    cutlass::arch::warpgroup_reg_dealloc<WS_PRODUCER_REGS>();
     if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<SharedStorage>(kp, ss, load_sched_row(kp.p));
   } else if (wg == SOFTMAX_WG) {
-    setmaxnreg_dec<WS_SOFTMAX_REGS>();
+    cutlass::arch::warpgroup_reg_dealloc<WS_SOFTMAX_REGS>();
     run_softmax_wg(kp, ss, load_sched_row(kp.p));
   } else {
-    setmaxnreg_inc<WS_PV_REGS>();
+    cutlass::arch::warpgroup_reg_alloc<WS_PV_REGS>();
     run_pv_wg(kp, ss, load_sched_row(kp.p), wg);
   }
 }

@@ -9,6 +9,7 @@
 // WS_PV_REGS = 192 (ws/config.h).
 #pragma once
 
+#include "kernels/sm90/common/stage_ring.cuh"
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/decode_fp8/shared/block_pv.cuh"
 #include "kernels/sm90/decode_fp8/shared/epilogue.cuh"
@@ -37,7 +38,7 @@ __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const Sched
 #pragma unroll 1
     for (int j = 0; j < n_blocks; ++j) {
       const int n = block_idx + j;
-      mbarrier_wait(&ss.xchg_full[n % KV_STAGES], (n / KV_STAGES) & 1);
+      StageRing<KV_STAGES>::wait_full(ss.xchg_full, n);
       // The piece's last stage stays held: its hand-off has the state the epilogue needs.
       pv_after_handoff<true>(o, ss, n, pv, warp, lane, pc.seqlen - (pc.blk_begin + j) * BLOCK_N, j + 1 < n_blocks);
     }

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "kernels/sm90/common/stage_ring.cuh"
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/wgmma.cuh"
 #include "kernels/sm90/decode_fp8/launch.h"
@@ -32,9 +33,9 @@ namespace snapmla::sm90::decode_fp8::ws {
 // Chain A of the block in stage `stage`: content k-steps 0-7 into acc_a, committed as one group, not waited.
 __device__ __forceinline__ void issue_chain_a(float (&acc_a)[32], const SharedStorage& ss, int stage) {
   wgmma_fence_operands(acc_a);
-  wgmma_arrive();
+  cute::warpgroup_arrive();
   issue_qk_content_steps<0, WS_CHAIN_STEPS>(acc_a, q_content_desc(ss), k_content_desc(ss, stage));
-  wgmma_commit();
+  cute::warpgroup_commit_batch();
 }
 
 // Chain B of the block in stage `stage` (content k-steps 8-15 and the RoPE k-group), then both chains retired
@@ -42,11 +43,11 @@ __device__ __forceinline__ void issue_chain_a(float (&acc_a)[32], const SharedSt
 __device__ __forceinline__ void finish_qk(float (&s)[32], float (&acc_a)[32], const SharedStorage& ss, int stage) {
   float acc_b[32];  // not initialised: its first WGMMA has scale-d = 0
   wgmma_fence_operands(acc_b);
-  wgmma_arrive();
+  cute::warpgroup_arrive();
   issue_qk_content_steps<WS_CHAIN_STEPS, WS_CHAIN_STEPS>(acc_b, q_content_desc(ss), k_content_desc(ss, stage));
   issue_qk_rope_steps(acc_b, q_rope_desc(ss), k_rope_desc(ss, stage));
-  wgmma_commit();
-  wgmma_wait<0>();
+  cute::warpgroup_commit_batch();
+  cute::warpgroup_wait<0>();
   wgmma_fence_operands(acc_a);
   wgmma_fence_operands(acc_b);
 #pragma unroll
@@ -86,7 +87,7 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
     const int n_blocks = pc.blk_end - pc.blk_begin;
-    mbarrier_wait(&ss.q_full[0], piece & 1);  // one query tile per piece, also for an empty one
+    StageRing<1>::wait_full(ss.q_full, piece);  // one query tile per piece, also for an empty one
     if (n_blocks == 0) {
       mbarrier_arrive(&ss.q_empty[0]);
       continue;
@@ -98,7 +99,7 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
 
     // Every block but the last: chain A of the next block goes out before this block's softmax.
     float acc_a[32];
-    mbarrier_wait(&ss.kv_full[block_idx % KV_STAGES], (block_idx / KV_STAGES) & 1);
+    StageRing<KV_STAGES>::wait_full(ss.kv_full, block_idx);
     issue_chain_a(acc_a, ss, block_idx % KV_STAGES);
     const int last = block_idx + n_blocks - 1;
 #pragma unroll 1
@@ -108,7 +109,7 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
       finish_qk(s, acc_a, ss, stage);
       float ks[16];
       load_k_scales(ss.kv_scale[stage], t, ks);
-      mbarrier_wait(&ss.kv_full[(n + 1) % KV_STAGES], ((n + 1) / KV_STAGES) & 1);
+      StageRing<KV_STAGES>::wait_full(ss.kv_full, n + 1);
       issue_chain_a(acc_a, ss, (n + 1) % KV_STAGES);
       // Orders the softmax after chain A's issue in the PTX. ptxas still interleaves chain A's 8 QGMMAs into
       // the softmax's first part (one every ~50 instructions, SASS of 2026-12-03): they run under it all the
