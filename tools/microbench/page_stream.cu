@@ -15,7 +15,8 @@
 //   bf16      FlashMLA's BF16 page (64 tokens x 576 bf16 = 73728 B) as 9 tiles of 64 x 128 B at stride 1152 B.
 // Each pattern at several stage counts (bytes in flight per SM = STAGES x page). Times: best of 5 launches.
 // No extension, no torch: plain nvcc.
-//   build: nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -I csrc -o /tmp/page_stream \
+//   build (CUTLASS: the headers setup.py finds, e.g. third_party/cutlass or the nvidia-cutlass package's source/):
+//          nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -I csrc -I $CUTLASS/include -o /tmp/page_stream \
 //            tools/microbench/page_stream.cu
 //   run:   timeout 120 /tmp/page_stream
 #include <cuda.h>

@@ -4,7 +4,8 @@
 // to 14 significant bits. Each case is one m64n16k32 e4m3 WGMMA (the narrow kernel's QK shape, the repository's
 // wrapper) with every element of A equal to a, every element of B equal to b and every accumulator equal to C,
 // so the operands' shared-memory layout does not matter and all 1024 results must be equal.
-//   build: nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O2 -I csrc -o /tmp/wgmma_fp8_acc \
+//   build (CUTLASS: the headers setup.py finds, e.g. third_party/cutlass or the nvidia-cutlass package's source/):
+//          nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O2 -I csrc -I $CUTLASS/include -o /tmp/wgmma_fp8_acc \
 //            tools/microbench/wgmma_fp8_accumulation.cu
 //   run:   /tmp/wgmma_fp8_acc      (one line per case: C, a, b, the exact sum, the model's, the GPU's; exit 1 if
 //                                   the GPU differs from the model or its results are not all equal)
@@ -41,15 +42,15 @@ __global__ void one_step(float c, uint8_t a_byte, uint8_t b_byte, float* out) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) d[i] = c;
   const uint64_t da = make_smem_desc(static_cast<uint32_t>(__cvta_generic_to_shared(a_tile)), 8 * ROW_BYTES,
-                                     SmemSwizzle::k128B);
+                                     SmemSwizzle::B128);
   const uint64_t db = make_smem_desc(static_cast<uint32_t>(__cvta_generic_to_shared(b_tile)), 8 * ROW_BYTES,
-                                     SmemSwizzle::k128B);
+                                     SmemSwizzle::B128);
   namespace sm = snapmla::sm90;
   sm::wgmma_fence_operands(d);
-  sm::wgmma_arrive();
+  cute::warpgroup_arrive();
   sm::wgmma_m64n16k32_e4m3_ss(d, da, db, 1);
-  sm::wgmma_commit();
-  sm::wgmma_wait<0>();
+  cute::warpgroup_commit_batch();
+  cute::warpgroup_wait<0>();
   sm::wgmma_fence_operands(d);
 #pragma unroll
   for (int i = 0; i < 8; ++i) out[threadIdx.x * 8 + i] = d[i];

@@ -12,7 +12,8 @@
 // m-tile (the kernel's PV was ~400 traced cycles per m-tile for 64 cycles of tensor work)?
 // Answer (H200): no. Alone 150.4 / 148.4 / 159.6 cycles per m-tile (main / ring of 4 n16 /
 // ring of 2 n32); next to QK groups 246.6 / 359.5 / 358.1.
-//   build: nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -I csrc -o /tmp/wgmma_pv_ring \
+//   build (CUTLASS: the headers setup.py finds, e.g. third_party/cutlass or the nvidia-cutlass package's source/):
+//          nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -I csrc -I $CUTLASS/include -o /tmp/wgmma_pv_ring \
 //            tools/microbench/wgmma_pv_ring.cu
 //   run:   /tmp/wgmma_pv_ring     (one line per pattern and mix: cycles per m-tile of the PV warpgroup)
 #include <cstdint>
@@ -43,11 +44,11 @@ __device__ __forceinline__ void pv_block(float (&o)[M_TILES][32], const uint32_t
     for (int mt = 0; mt < M_TILES; ++mt) {
       float acc[32];
       wgmma_fence_operands(acc);
-      wgmma_arrive();
+      cute::warpgroup_arrive();
 #pragma unroll
       for (int g = 0; g < 2; ++g) wgmma_m64n64k32_e4m3_rs(acc, a[g], pt_desc + 2 * g, g > 0);
-      wgmma_commit();
-      wgmma_wait<0>();
+      cute::warpgroup_commit_batch();
+      cute::warpgroup_wait<0>();
       wgmma_fence_operands(acc);
 #pragma unroll
       for (int k = 0; k < 32; ++k) o[mt][k] = fmaf(o[mt][k], cs[2 * (k / 4) + k % 2], acc[k]);
@@ -73,7 +74,7 @@ __device__ __forceinline__ void pv_block(float (&o)[M_TILES][32], const uint32_t
       const int sl = q % SLICES;
       float(&d)[SLOT] = acc[q % RING];
       wgmma_fence_operands(d);
-      wgmma_arrive();
+      cute::warpgroup_arrive();
 #pragma unroll
       for (int h = 0; h < PER_SLICE; ++h) {
         float(&dh)[8] = *reinterpret_cast<float(*)[8]>(&d[8 * h]);
@@ -81,15 +82,15 @@ __device__ __forceinline__ void pv_block(float (&o)[M_TILES][32], const uint32_t
         for (int g = 0; g < 2; ++g)
           wgmma_m64n16k32_e4m3_rs(dh, a[g], pt_desc + (((PER_SLICE * sl + h) * 16 * 64 + 32 * g) >> 4), g > 0);
       }
-      wgmma_commit();
+      cute::warpgroup_commit_batch();
       if (q >= RING - 1) {
-        wgmma_wait<RING - 1>();
+        cute::warpgroup_wait<RING - 1>();
         retire(q - (RING - 1));
       }
     }
-    if constexpr (RING >= 4) { wgmma_wait<2>(); retire(GROUPS - 3); }
-    if constexpr (RING >= 3) { wgmma_wait<1>(); retire(GROUPS - 2); }
-    wgmma_wait<0>();
+    if constexpr (RING >= 4) { cute::warpgroup_wait<2>(); retire(GROUPS - 3); }
+    if constexpr (RING >= 3) { cute::warpgroup_wait<1>(); retire(GROUPS - 2); }
+    cute::warpgroup_wait<0>();
     retire(GROUPS - 1);
   }
 }
@@ -103,7 +104,7 @@ __global__ void __launch_bounds__(256, 1) pv_kernel(int blocks, int with_qk, flo
   if (threadIdx.x == 0) stop = 0;
   const uint32_t base = zero_operands(smem);
   const int wg = threadIdx.x / 128;
-  const uint64_t pt_desc = make_smem_desc(base + 32768, 512, SmemSwizzle::k64B);
+  const uint64_t pt_desc = make_smem_desc(base + 32768, 512, SmemSwizzle::B64);
   if (wg == 0) {
     float o[M_TILES][32];
 #pragma unroll
@@ -132,16 +133,16 @@ __global__ void __launch_bounds__(256, 1) pv_kernel(int blocks, int with_qk, flo
       stop = 1;
     }
   } else if (with_qk) {
-    const uint64_t qa = make_smem_desc(base, 1024, SmemSwizzle::k128B);
-    const uint64_t qb = make_smem_desc(base + 16384, 1024, SmemSwizzle::k128B);
+    const uint64_t qa = make_smem_desc(base, 1024, SmemSwizzle::B128);
+    const uint64_t qb = make_smem_desc(base + 16384, 1024, SmemSwizzle::B128);
     float s[32];
     while (!stop) {
       wgmma_fence_operands(s);
-      wgmma_arrive();
+      cute::warpgroup_arrive();
 #pragma unroll
       for (int kk = 0; kk < 20; ++kk) wgmma_m64n64k32_e4m3_ss(s, qa + 2 * (kk % 4), qb + 2 * (kk % 4), kk > 0);
-      wgmma_commit();
-      wgmma_wait<0>();
+      cute::warpgroup_commit_batch();
+      cute::warpgroup_wait<0>();
       wgmma_fence_operands(s);
     }
     if (s[0] == 1.2345f) cycles_per_mtile[gridDim.x + blockIdx.x] = s[1];  // keeps the QK live

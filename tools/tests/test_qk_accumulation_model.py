@@ -10,7 +10,7 @@ import torch
 
 from snapmla_ext import layout as L
 from snapmla_ext.numerics.data import SyntheticConfig, synthetic_layer
-from utils.cuda_tools import nvcc_or_skip
+from utils.cuda_tools import device_include_flags, nvcc_or_skip
 from utils.scripts import script_module
 
 
@@ -147,7 +147,7 @@ def test_gpu_probe_expects_what_the_model_says(model):
 
 
 def test_gpu_probe_compiles(tmp_path):
-    cmd = [nvcc_or_skip(), "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a", "-O2", "-I", os.path.join(ROOT, "csrc"),
+    cmd = [nvcc_or_skip(), "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a", "-O2", *device_include_flags(ROOT),
            "-o", str(tmp_path / "probe"), PROBE]
     res = subprocess.run(cmd, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-2000:]

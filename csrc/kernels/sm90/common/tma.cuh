@@ -18,6 +18,11 @@ inline constexpr uint64_t TMA_CACHE_HINT = static_cast<uint64_t>(cute::TMA::Cach
 
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) { cute::prefetch_tma_descriptor(map); }
 
+// 2-D tile load (tools/microbench/page_stream.cu times the pages by tile loads against bulk copies).
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+  cute::SM90_TMA_LOAD_2D::copy(map, bar, TMA_CACHE_HINT, dst, c0, c1);
+}
+
 __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
                                             int c2) {
   cute::SM90_TMA_LOAD_3D::copy(map, bar, TMA_CACHE_HINT, dst, c0, c1, c2);

@@ -21,6 +21,8 @@
 
 #include <cstdint>
 
+#include <cutlass/numeric_conversion.h>
+
 #include "kernels/sm90/common/swizzle.cuh"
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/wgmma.cuh"
@@ -92,6 +94,7 @@ __device__ __forceinline__ void reduce_cols(float (&v)[C], float* red, int warp,
   const int t = lane % 4;
   if (lane < 4) {
     // Rows 8i + 2t, 8i + 2t + 1 (ce 2i, 2i + 1) of this warp.
+    // Own PTX: a shared-memory access through a 32-bit address (CuTe's copies take pointers: 64-bit registers).
 #pragma unroll
     for (int i = 0; i < C / 2; ++i)
       asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(smem_u32(red + N * warp + 8 * i + 2 * t)), "f"(v[2 * i]),
@@ -106,6 +109,7 @@ __device__ __forceinline__ void reduce_cols(float (&v)[C], float* red, int warp,
 #pragma unroll
     for (int i = 0; i < C / 2; ++i) {
       float a, b;
+      // Own PTX: a shared-memory access through a 32-bit address (CuTe's copies take pointers: 64-bit registers).
       asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
                    : "=f"(a), "=f"(b)
                    : "r"(smem_u32(red + N * w + 8 * i + 2 * t))
@@ -195,9 +199,11 @@ __device__ __forceinline__ void softmax_cols(float (&s)[N / 2], const float (&ks
 
 // e4m3 bytes of (lo, hi) in the low / high byte, round to nearest even, saturating.
 __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
-  uint16_t r;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
-  return r;
+  cutlass::Array<float, 2> src;
+  src[0] = lo; src[1] = hi;
+  const auto r =
+      cutlass::NumericArrayConverter<cutlass::float_e4m3_t, float, 2, cutlass::FloatRoundStyle::round_to_nearest>::convert(src);
+  return reinterpret_cast<const uint16_t&>(r);
 }
 
 // p8 = e4m3(p' * inv) into P^T (N rows x 64 k positions, K-major Swizzle-64B: row c at 64 c, 16-B chunk
@@ -219,6 +225,7 @@ __device__ __forceinline__ void store_pt(uint32_t pt,  // (N x 64 B) Swizzle-64B
       const int c = 8 * i + 2 * t + e;
       const uint32_t b = e4m3x2(s[4 * i + e] * cs[ce].inv, s[4 * i + 2 + e] * cs[ce].inv);
       const uint32_t addr = pt + sw64_chunk_offset(c, warp) + kap0;
+      // Own PTX: a shared-memory access through a 32-bit address (CuTe's copies take pointers: 64-bit registers).
       asm volatile("st.shared.u8 [%0], %1;" ::"r"(addr), "r"(b & 0xffu) : "memory");
       asm volatile("st.shared.u8 [%0], %1;" ::"r"(addr + 2), "r"(b >> 8) : "memory");
     }

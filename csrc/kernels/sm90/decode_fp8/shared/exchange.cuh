@@ -53,6 +53,7 @@ __device__ __forceinline__ void publish_pt(uint32_t tile, const uint32_t (&p)[8]
       for (int r = 0; r < 2; ++r) {
         const int row = row0 + 8 * r;
         const uint32_t addr = tile + sw64_chunk_offset(row, 2 * g + h) + 4 * t;
+        // Own PTX: a shared-memory access through a 32-bit address (CuTe's copies take pointers: 64-bit registers).
         asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(p[4 * g + 2 * h + r]) : "memory");
       }
     }
@@ -64,6 +65,7 @@ __device__ __forceinline__ void publish_state(uint32_t tile, const RowState (&st
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = row0 + 8 * r;
+      // Own PTX: a shared-memory access through a 32-bit address (CuTe's copies take pointers: 64-bit registers).
       asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(tile + XCHG_STATE_OFFSET + 16 * row),
                    "f"(st[r].m), "f"(st[r].inv), "f"(st[r].l), "f"(o_scale[r])
                    : "memory");
@@ -81,6 +83,7 @@ __device__ __forceinline__ void publish_block(uint32_t tile, const uint32_t (&p)
 // Reader side: the state after the block of tile row `row` (its m, inv, L~) and the scale of its fold.
 __device__ __forceinline__ RowState read_row_state(uint32_t tile, int row, float& o_scale) {
   RowState st;
+  // Own PTX: a shared-memory access through a 32-bit address (CuTe's copies take pointers: 64-bit registers).
   asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
                : "=f"(st.m), "=f"(st.inv), "=f"(st.l), "=f"(o_scale)
                : "r"(tile + XCHG_STATE_OFFSET + 16 * row)
@@ -99,6 +102,7 @@ __device__ __forceinline__ void read_block_state(uint32_t tile, int row0, RowSta
 template <int FIRST = 0, int COUNT = 8>
 __device__ __forceinline__ void read_col_scales(uint32_t tile, int t, float (&col_scale)[2 * COUNT]) {
   static_assert(FIRST >= 0 && COUNT > 0 && FIRST + COUNT <= 8, "8 column chunks of the 64 tile rows");
+  // Own PTX: a shared-memory access through a 32-bit address (CuTe's copies take pointers: 64-bit registers).
 #pragma unroll
   for (int i = FIRST; i < FIRST + COUNT; ++i)
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"

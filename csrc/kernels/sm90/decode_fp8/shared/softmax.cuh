@@ -17,6 +17,9 @@
 #include <cfloat>
 #include <cstdint>
 
+#include <cutlass/functional.h>          // reciprocal_approximate_ftz
+#include <cutlass/numeric_conversion.h>  // NumericArrayConverter (cvt.rn.satfinite.e4m3x2.f32)
+
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/decode_fp8/shared/config.h"
 
@@ -40,22 +43,20 @@ __device__ __forceinline__ float quad_sum(float v) {
 
 // 2^x with one MUFU.EX2 (flush-to-zero: an e_j below 2^-126 of the row max counts as 0, far below what FP8 P
 // can represent after scaling by 448 / max p').
+// Own PTX: CUTLASS/CuTe have no ex2.approx wrapper (exp2f compiles to a range-reduced sequence).
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 
-// 1 / x with one MUFU.RCP (<= 1 ulp, flush-to-zero). The callers' x lie in [2^-60, 448 * 2^60]: normal.
-__device__ __forceinline__ float fast_rcp(float x) {
-  float y;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+// 1 / x with one MUFU.RCP (rcp.approx.ftz, <= 1 ulp, flush-to-zero). The callers' x lie in [2^-60, 448 * 2^60]: normal.
+__device__ __forceinline__ float fast_rcp(float x) { return cutlass::reciprocal_approximate_ftz<float>{}(x); }
 
 // log2 x with one MUFU.LG2 (abs error <= 2^-22 near 1, flush-to-zero). The narrow merge's x = L of a row that
 // saw a token, >= 1 up to the rounding of its rescales (its largest e_j is 1 on the side holding the row
 // maximum): normal, far from lg2's special cases.
+// Own PTX: CUTLASS/CuTe have no lg2.approx wrapper.
 __device__ __forceinline__ float fast_log2(float x) {
   float y;
   asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -64,22 +65,18 @@ __device__ __forceinline__ float fast_log2(float x) {
 
 // Four floats -> four e4m3 bytes (v0 in the low byte), round to nearest even, saturating at +-448.
 __device__ __forceinline__ uint32_t pack_e4m3x4(float v0, float v1, float v2, float v3) {
-  uint32_t r;
-  asm("{\n"
-      ".reg .b16 lo, hi;\n"
-      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
-      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
-      "mov.b32 %0, {lo, hi};\n"
-      "}\n"
-      : "=r"(r)
-      : "f"(v0), "f"(v1), "f"(v2), "f"(v3));
-  return r;
+  cutlass::Array<float, 4> src;
+  src[0] = v0; src[1] = v1; src[2] = v2; src[3] = v3;
+  const auto r =
+      cutlass::NumericArrayConverter<cutlass::float_e4m3_t, float, 4, cutlass::FloatRoundStyle::round_to_nearest>::convert(src);
+  return reinterpret_cast<const uint32_t&>(r);
 }
 
 // ks[2i + e] = the k scale of the thread's column 8i + 2t + e (t = lane % 4), 8 LDS.64.
 __device__ __forceinline__ void load_k_scales(const float (&k_scale)[BLOCK_N], int t, float (&ks)[16]) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
+    // Own PTX: a shared-memory access through a 32-bit address (CuTe's copies take pointers: 64-bit registers).
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
                  : "=f"(ks[2 * i]), "=f"(ks[2 * i + 1])
                  : "r"(smem_u32(&k_scale[8 * i + 2 * t])));
