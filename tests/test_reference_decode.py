@@ -254,7 +254,7 @@ def _underflow_problem():
     return ops, attention_fp64(q64, kv64, [128], 1.0)
 
 
-@pytest.mark.parametrize("p_quant", ["block", "running"])
+@pytest.mark.parametrize("p_quant", ["block", "running", "bound"])
 def test_tiny_p_block_does_not_overflow_the_state(p_quant):
     # Block 1's p' (3.7e-44) is below P_FLOOR = 2^-60: sigma_1 = 2^-60 / 448 and the forward ratio is 2^60, which
     # the state (O~ <= 64 * 448^2) absorbs. With FLT_MIN as the floor this ratio was ~1e35 and o overflowed to NaN.
@@ -272,6 +272,33 @@ def test_running_p_scale_costs_little_accuracy():
     err_block = rel_l2(decode_dense(**ops, softmax_scale=SCALE)[0], o64)
     err_running = rel_l2(decode_dense(**ops, softmax_scale=SCALE, p_quant="running")[0], o64)
     assert err_running < 1.1 * err_block, (err_block, err_running)  # measured 2.81e-2 -> 2.83e-2
+
+
+def test_bound_p_scale_equals_the_block_scale_when_the_scales_are_equal():
+    # sigma = 2^(max x2 - m) * max k_scale / 448 is max p' / 448 exactly when every token of the block has the same
+    # scale (2^(max x2 - m) is the largest e_j): the same bits as p_quant="block".
+    lengths = [300, 211, 157]
+    ops, _, _ = _dense_problem(3, 19, 300, lengths, seed=2)
+    ops["k_scale"] = torch.full_like(ops["k_scale"], float(ops["k_scale"].mean()))
+    o_block, lse_block = decode_dense(**ops, softmax_scale=SCALE, p_quant="block")
+    o_bound, lse_bound = decode_dense(**ops, softmax_scale=SCALE, p_quant="bound")
+    assert_bitwise_equal(o_bound, o_block, name="o")
+    assert_bitwise_equal(lse_bound, lse_block, name="lse")
+
+
+def test_bound_p_scale_never_saturates_and_stays_accurate():
+    # With per-token scales spread over 16x the bound is loose for some rows, so their P uses a coarser grid; p8
+    # never saturates (p' * inv <= 448), so o stays within the contract's band of float64 (measured on this data:
+    # 2.60e-2 for "block", 2.64e-2 for "bound"; the 16-layer study in docs/design.md section 4 measures its cost).
+    lengths = [300, 211, 157]
+    ops, q64, k64 = _dense_problem(3, 19, 300, lengths, seed=3)
+    spread = torch.exp2(torch.rand(ops["k_scale"].shape, generator=torch.Generator().manual_seed(4)) * 4 - 2)
+    ops["k_scale"] = ops["k_scale"] * spread
+    k64 = torch.cat([ops["k_c"], ops["k_r"]], -1).double() * ops["k_scale"].double()[..., None]
+    o64, _ = _fp64_rows(q64, k64, lengths)
+    err_block = rel_l2(decode_dense(**ops, softmax_scale=SCALE)[0], o64)
+    err_bound = rel_l2(decode_dense(**ops, softmax_scale=SCALE, p_quant="bound")[0], o64)
+    assert err_bound < 4e-2 and err_bound < 1.25 * err_block, (err_block, err_bound)
 
 
 def test_decode_zero_length_sequences():
@@ -352,7 +379,7 @@ def _ops():
 
 
 def test_decode_dense_rejects_p_quant():
-    msg = r"p_quant must be one of \('block', 'running', 'none', 'unscaled'\), got 'fp8'"
+    msg = r"p_quant must be one of \('block', 'running', 'bound', 'none', 'unscaled'\), got 'fp8'"
     with pytest.raises(ValueError, match=msg):
         decode_dense(**_ops(), softmax_scale=SCALE, p_quant="fp8")
 

@@ -178,6 +178,8 @@ ABLATIONS: tuple[Scheme, ...] = (
     replace(_SNAP, name="q_bf16", label="BF16 Q (FP8 cache)", q_quant=q_bf16),
     replace(_SNAP, name="p_block_32", label="P block 32", p_block=32),
     replace(_SNAP, name="p_block_128", label="P block 128", p_block=128),
+    replace(_SNAP, name="p_bound", label="P scale as an upper bound (no p' reduction)", p_quant="bound"),
+    replace(_SNAP, name="p_bound_128", label="P bound, block 128", p_quant="bound", p_block=128),
 )
 
 

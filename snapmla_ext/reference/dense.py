@@ -46,6 +46,15 @@ p_quant="running" is an alternative studied in snapmla_ext.numerics, not what th
 
 so f_n <= 1 whatever the floor; a block is quantized against the running maximum of p' instead of its own when
 that is larger (measured cost on FlashMLA-like data: rel L2 2.81e-2 -> 2.83e-2 against float64).
+
+p_quant="bound" is the block scale as an upper bound of max_j p'_j that needs no reduction over p':
+
+    sigma_n = 2^(max_j x2_j - m_n) * max_j k_scale_j / 448     (inv_n = 448 * rcp(max(that, P_FLOOR)))
+
+with the first maximum the row's logit maximum of the block (already reduced for m_n) and the second over the
+block's tokens that the request sees (one value per block, shared by every row). p' * inv_n <= 448 still holds, so
+nothing saturates; a row whose largest e_j and largest k_scale_j fall on different tokens quantizes its P on a
+coarser grid. Also studied in snapmla_ext.numerics (docs/design.md: the compute-bound design's budget).
 """
 
 from __future__ import annotations
@@ -56,7 +65,7 @@ from snapmla_ext import layout as L
 from snapmla_ext.reference.mma import fp8_gemm_chain
 from snapmla_ext.reference.quant import e4m3
 
-P_QUANT_MODES = ("block", "running", "none", "unscaled")
+P_QUANT_MODES = ("block", "running", "bound", "none", "unscaled")
 PV_ACCUMULATIONS = ("fp32", "fp8_wgmma")
 LOG2E = 1.4426950408889634  # config.h LOG2E (the kernels fold it into the row's logit multiplier)
 LN2 = 0.6931471805599453
@@ -114,7 +123,8 @@ def decode_dense(
     visible (B, R, N) bool: which tokens each row attends to.
     softmax_scale: multiplies the logits (natural log domain).
     p_block: tokens per P-quantization block. p_quant: "block" (contract: per row and block sigma), "running" (sigma
-    never drops below alpha_n * sigma_{n-1}, see the module docstring), "none" (p' kept in fp32, sigma = 1),
+    never drops below alpha_n * sigma_{n-1}, see the module docstring), "bound" (sigma from the row's logit maximum
+    and the block's largest k_scale, no reduction over p'), "none" (p' kept in fp32, sigma = 1),
     "unscaled" (p8 = e4m3(p') with sigma = 1, as per-tensor FP8 engines do).
     block_offset: the walk starts at token block_offset (a multiple of p_block); earlier tokens are not part of
     this piece and are never read, so a split piece can take the whole sequence's tensors.
@@ -169,7 +179,14 @@ def decode_dense(
             e = torch.where(vb, torch.exp2(xb - m_use.unsqueeze(-1)), zero)
             p = torch.where(vb, e * ks[:, :, b0:b1], zero)
             p_max = p.amax(dim=-1)
-            if p_quant in ("block", "running"):
+            if p_quant == "bound":
+                # The block's largest scale over the tokens the request sees (0 for a block it does not see).
+                ks_vis = torch.where(vb.any(dim=1, keepdim=True), ks[:, :, b0:b1], zero)
+                e_max = torch.where(xb.amax(dim=-1) == -float("inf"), zero, torch.exp2(xb.amax(dim=-1) - m_use))
+                bound = e_max * ks_vis.amax(dim=-1)
+                inv_new = L.FP8_E4M3_MAX * torch.reciprocal(torch.clamp_min(bound, L.P_FLOOR))
+                p_op = e4m3(p * inv_new.unsqueeze(-1)).float()
+            elif p_quant in ("block", "running"):
                 inv_new = L.FP8_E4M3_MAX * torch.reciprocal(torch.clamp_min(p_max, L.P_FLOOR))
                 if p_quant == "running":  # sigma_n >= alpha_n sigma_{n-1}, i.e. inv_n <= inv_{n-1} / alpha_n
                     alpha = torch.where(m == -float("inf"), torch.ones((), device=dev), torch.exp2(m - m_new))
