@@ -5,7 +5,10 @@
 //                   of 4 accumulators of 8 registers, wait_group 3, an 8-FFMA fold per slice
 //                   (wide_pv_slice_ring.patch, in git at f70abf5: 0.79-0.84x of main in the kernel);
 //   ring of 2 n32:  2 slices of 32 rows, a ring of 2 accumulators of 16, wait_group 1 (the kernel variant
-//                   "32-row halves", 0.96-1.00x of main in the kernel).
+//                   "32-row halves", 0.96-1.00x of main in the kernel);
+//   page pair:      4 RS m64n64k32 (two pages' k-steps, one P scale per 128 tokens) into one accumulator, one
+//                   fold: the PV of the page-pair designs (docs/design.md section 4). Its cycles per m-tile are
+//                   per 128 tokens; per page they are half.
 // Each m-tile's fold is FFMAs into a 32-register O tile with per-column scales, as in the kernel. The A
 // fragments are fixed registers (values do not change the tensor cores' timing); B is zeros in shared memory.
 // Question it answers: does a deeper queue of smaller WGMMAs with the same 32 accumulator registers shorten an
@@ -36,17 +39,20 @@ __device__ __forceinline__ uint32_t zero_operands(uint8_t* smem) {
 
 // PATTERN 0: m64n64 (main), 1: ring of 4 n16 slices, 2: ring of 2 n32 slices (n32 as two n16 WGMMAs per k-step
 // would change the shape; it is issued as m64n16 pairs into a 16-register slot).
+// 3: page pair, 4 k-steps per m-tile (the second page's P^T tile 4 KB after the first).
 template <int PATTERN>
 __device__ __forceinline__ void pv_block(float (&o)[M_TILES][32], const uint32_t (&a)[2][4], uint64_t pt_desc,
                                          const float (&cs)[16]) {
-  if constexpr (PATTERN == 0) {
+  if constexpr (PATTERN == 0 || PATTERN == 3) {
+    constexpr int K_STEPS = PATTERN == 3 ? 4 : 2;
 #pragma unroll
     for (int mt = 0; mt < M_TILES; ++mt) {
       float acc[32];
       wgmma_fence_operands(acc);
       cute::warpgroup_arrive();
 #pragma unroll
-      for (int g = 0; g < 2; ++g) wgmma_m64n64k32_e4m3_rs(acc, a[g], pt_desc + 2 * g, g > 0);
+      for (int g = 0; g < K_STEPS; ++g)
+        wgmma_m64n64k32_e4m3_rs(acc, a[g % 2], pt_desc + 2 * (g % 2) + (g / 2) * (4096 >> 4), g > 0);
       cute::warpgroup_commit_batch();
       cute::warpgroup_wait<0>();
       wgmma_fence_operands(acc);
@@ -181,5 +187,6 @@ int main() {
   run<0>("m64n64 (main)", sms);
   run<1>("ring of 4 n16", sms);
   run<2>("ring of 2 n32", sms);
+  run<3>("page pair (x4 k)", sms);
   return 0;
 }
