@@ -333,6 +333,55 @@ def test_decode_split_invariance(splits):
     assert_close_report(lse_s, lse, name="lse", atol=1e-5)
 
 
+def test_p_pages_2_equals_p_pages_1_on_one_page_requests():
+    # A P block of two pages over a request of at most one page is that page's block: the same bits.
+    p = make_paged_inputs(3, 2, 8, [64, 1, 40], seed=21)
+    o1, lse1 = decode(p.q, p.cache, p.block_table, p.cache_seqlens, causal=True)
+    o2, lse2 = decode(p.q, p.cache, p.block_table, p.cache_seqlens, causal=True, p_pages=2)
+    assert_bitwise_equal(o2, o1, name="o")
+    assert_bitwise_equal(lse2, lse1, name="lse")
+
+
+def test_p_pages_2_changes_the_blocks_and_keeps_the_accuracy():
+    p = make_paged_inputs(3, 2, 16, [200, 77, 333], seed=8)
+    o1, _ = decode(p.q, p.cache, p.block_table, p.cache_seqlens)
+    o2, lse2 = decode(p.q, p.cache, p.block_table, p.cache_seqlens, p_pages=2)
+    o64, lse64 = attention_fp64_dequant(quantize_q(p.q), p.cache, p.block_table, p.cache_seqlens)
+    assert rel_l2(o2, o1) > 1e-3  # other P scales for requests of 2+ pages: not the same quantization
+    # The P quantization error stays in the band of the one-page blocks (2.5e-2 there).
+    assert_close_report(o2, o64, name="o", rel_l2_tol=4e-2, cos_tol=1e-3)
+    assert_close_report(lse2, lse64, name="lse", atol=1e-5)
+
+
+@pytest.mark.parametrize("splits", [[[0, 2, 4], [0, 2], [0, 2, 6]], [[0, 4], [0, 2], [0, 4, 6]]])
+def test_p_pages_2_split_at_even_pages_is_invariant(splits):
+    # Pieces that start at even pages see the same page pairs as the whole request: only fp32 rounding differs.
+    p = make_paged_inputs(3, 2, 8, [200, 65, 333], seed=17)
+    o, lse = decode(p.q, p.cache, p.block_table, p.cache_seqlens, causal=True, p_pages=2)
+    o_s, lse_s = decode(p.q, p.cache, p.block_table, p.cache_seqlens, causal=True, split_blocks=splits, p_pages=2)
+    assert_close_report(o_s, o, name="o", rel_l2_tol=1e-4, cos_tol=1e-8)
+    assert_close_report(lse_s, lse, name="lse", atol=1e-5)
+
+
+def test_p_pages_2_pairs_start_at_each_piece():
+    # Three pages split as page 0 | pages 1-2: counted from each piece, the second piece is one pair (1, 2);
+    # counted from the request's start (pairs (0, 1), (2)) both pieces would hold single pages only, and the result
+    # would be p_pages=1's to the bit.
+    p = make_paged_inputs(1, 1, 8, [192], seed=23)
+    split = [[0, 1, 3]]
+    o_2, lse_2 = decode(p.q, p.cache, p.block_table, p.cache_seqlens, split_blocks=split, p_pages=2)
+    o_1, lse_1 = decode(p.q, p.cache, p.block_table, p.cache_seqlens, split_blocks=split)
+    assert rel_l2(o_2, o_1) > 1e-4
+    assert_close_report(lse_2, lse_1, name="lse", atol=1e-5)  # the P scales cancel in lse
+
+
+@pytest.mark.parametrize("bad", [0, 3, 1.0, True])
+def test_decode_rejects_p_pages(bad):
+    p = make_paged_inputs(1, 1, 2, [10], seed=0)
+    with pytest.raises(ValueError, match=rf"p_pages must be 1 or 2 \(pages per P block\), got {bad!r}"):
+        decode(p.q, p.cache, p.block_table, p.cache_seqlens, p_pages=bad)
+
+
 def test_decode_quantized_q_and_default_scale():
     p = make_paged_inputs(2, 1, 4, [90, 64], seed=18)
     o, lse = decode(p.q, p.cache, p.block_table, p.cache_seqlens)
@@ -395,7 +444,7 @@ def test_decode_dense_rejects_p_block():
 
 
 def test_decode_dense_rejects_unaligned_block_offset():
-    with pytest.raises(ValueError, match=r"block_offset must be a multiple of p_block = 64 in \[0, N = 64\], got 32"):
+    with pytest.raises(ValueError, match=r"block_offset must be a multiple of min\(p_block, 64\) = 64 in \[0, N = 64\], got 32"):
         decode_dense(**_ops(), softmax_scale=SCALE, block_offset=32)
 
 

@@ -66,6 +66,7 @@ def decode(
     *,
     split_blocks: Optional[Sequence[Sequence[int]]] = None,
     pv_accumulation: str = "fp32",
+    p_pages: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """What the SnapMLA decode kernel computes, in pure PyTorch.
 
@@ -77,6 +78,8 @@ def decode(
     split_blocks:  optional per-request block boundaries, e.g. [0, 3, 7] = pieces [0, 3) and [3, 7); each piece
                    runs from a fresh state and the pieces are merged by combine_splits (fp32).
     pv_accumulation: "fp32" or "fp8_wgmma" (the tensor cores' PV accumulation; slow), see decode_dense.
+    p_pages:       pages per P-quantization block: 1 is what the kernels compute; 2 is the 128-token P block of the
+                   page-pair designs (docs/design.md section 4), counted from each piece's first page.
     Returns out (b, s_q, h_q, 512) bf16 and lse (b, h_q, s_q) fp32 (natural log; +inf for a row seeing no token).
     """
     data = as_cache_tensor(k_cache)
@@ -92,6 +95,9 @@ def decode(
         raise ValueError(f"block_table must have shape ({b}, max_pages), got {tuple(block_table.shape)}")
     if softmax_scale is None:
         softmax_scale = L.D_QK**-0.5
+    if not isinstance(p_pages, int) or isinstance(p_pages, bool) or p_pages not in (1, 2):
+        raise ValueError(f"p_pages must be 1 or 2 (pages per P block), got {p_pages!r}")
+    p_block = p_pages * L.PAGE_BLOCK_SIZE
 
     slots = paged_slots(data, block_table, cache_seqlens, "cache_seqlens")
     c8, rope, scale = read_slots(data, slots)
@@ -114,7 +120,9 @@ def decode(
         visible = visible.expand(b, rows, n_max)
 
     if split_blocks is None:
-        o, lse = decode_dense(q_c, q_r, q_s, k_c, k_r, k_s, visible, softmax_scale, pv_accumulation=pv_accumulation)
+        o, lse = decode_dense(
+            q_c, q_r, q_s, k_c, k_r, k_s, visible, softmax_scale, p_block=p_block, pv_accumulation=pv_accumulation
+        )
     else:
         o, lse = torch.empty(b, rows, L.D_CONTENT, device=dev), torch.empty(b, rows, device=dev)
         for i, bounds in enumerate(_check_split_blocks(split_blocks, lengths)):
@@ -125,7 +133,7 @@ def decode(
                 parts.append(
                     decode_dense(
                         q_c[one], q_r[one], q_s[one], k_c[one, :end], k_r[one, :end], k_s[one, :end],
-                        visible[one, :, :end], softmax_scale, block_offset=a * L.PAGE_BLOCK_SIZE,
+                        visible[one, :, :end], softmax_scale, p_block=p_block, block_offset=a * L.PAGE_BLOCK_SIZE,
                         pv_accumulation=pv_accumulation,
                     )
                 )

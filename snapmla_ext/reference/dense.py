@@ -126,8 +126,10 @@ def decode_dense(
     never drops below alpha_n * sigma_{n-1}, see the module docstring), "bound" (sigma from the row's logit maximum
     and the block's largest k_scale, no reduction over p'), "none" (p' kept in fp32, sigma = 1),
     "unscaled" (p8 = e4m3(p') with sigma = 1, as per-tensor FP8 engines do).
-    block_offset: the walk starts at token block_offset (a multiple of p_block); earlier tokens are not part of
-    this piece and are never read, so a split piece can take the whole sequence's tensors.
+    block_offset: the walk starts at token block_offset and counts its P blocks from there (a split piece's first
+    page starts a P block, also when p_block spans two pages); a multiple of p_block, or of a page (64) when
+    p_block is larger. Earlier tokens are not part of this piece and are never read, so a split piece can take
+    the whole sequence's tensors.
     pv_accumulation: "fp32" (the PV sum in fp32) or "fp8_wgmma" (the tensor cores' truncating accumulation, see
     the module docstring; slow, for small cases).
     Returns o (B, R, 512) fp32 and lse (B, R) fp32 (natural log; o = 0, lse = +inf for a row with no visible token).
@@ -139,8 +141,12 @@ def decode_dense(
     if not isinstance(p_block, int) or p_block <= 0:
         raise ValueError(f"p_block must be a positive int, got {p_block!r}")
     N = k_c.shape[1]
-    if block_offset < 0 or block_offset % p_block or block_offset > N:
-        raise ValueError(f"block_offset must be a multiple of p_block = {p_block} in [0, N = {N}], got {block_offset}")
+    align = min(p_block, L.PAGE_BLOCK_SIZE)
+    if block_offset < 0 or block_offset % align or block_offset > N:
+        raise ValueError(
+            f"block_offset must be a multiple of min(p_block, {L.PAGE_BLOCK_SIZE}) = {align} in [0, N = {N}], "
+            f"got {block_offset}"
+        )
 
     if pv_accumulation not in PV_ACCUMULATIONS:
         raise ValueError(f"pv_accumulation must be one of {PV_ACCUMULATIONS}, got {pv_accumulation!r}")
