@@ -1,10 +1,13 @@
-"""Benchmark of the FP8 SnapMLA decode call against FlashMLA's BF16 dense decode (shapes of docs/anchors.md).
+"""Benchmark of the FP8 SnapMLA decode call against the other MLA decoders on Hopper (shapes of docs/anchors.md and
+of the compute-bound regime: h_q 64-128, MTP s_q 2-4).
 
-Question: how much faster than FlashMLA BF16 is the whole decode call (Fused-Q-Quant + decode + combine, with
-the scheduler metadata computed once per step, as an engine shares it across layers), and how close to the
-roofline does it run? One line per case:
+Question: how much faster than the faster BF16 decoder (FlashMLA BF16 or FlashAttention-3's MLA path, vLLM's
+default on Hopper) and than vLLM's per-tensor FP8 FlashMLA kernel is the whole decode call (Fused-Q-Quant +
+decode + combine, with the scheduler metadata computed once per step, as an engine shares it across layers), and
+how close to the roofline does it run? The peers (bench/peers.py) run in the same process, in alternating rounds
+with ours, each on its own cache, when they are importable. One line per case:
   us | equivalent TFLOPS = 2 b s_q h_q (576 + 512) mean(seqlen) / t (FlashMLA's formula) | KV GB/s at 644 B per
-  token | % of roofline | speedup over FlashMLA BF16
+  token | % of roofline | speedup over FlashMLA BF16, then over each other peer
 Roofline time = max(KV bytes / copy ceiling measured in this run, FP8 FLOPs / 1258 TFLOP/s + BF16 RoPE FLOPs /
 679 TFLOP/s) (the measured matmul ceilings of docs/anchors.md). The baseline is FlashMLA run in the same process
 when `flash_mla` is importable ("measured"), else the time from docs/anchors.md ("anchor"; none for some shapes).
@@ -70,7 +73,10 @@ LONG_SINGLE_CASES = [Case(1, 1, h, 131072) for h in (64, 128)]
 # softmax and V tail), code that the whole-block cases above never run and that a CTA fetches cold at each
 # request end (docs/design.md). Side by side with the cases above they give its cost.
 PARTIAL_BLOCK_CASES = [Case(16, 1, h, 8191) for h in (16, 64, 128)] + [Case(64, 1, 16, 16383)]
-ALL_CASES = ANCHOR_CASES + SMALL_BATCH_CASES + PARTIAL_BLOCK_CASES + LONG_SINGLE_CASES
+# MTP with 3 draft tokens at DP attention (s_q 4, all 128 heads) and at TP2: the compute-bound goals of the design
+# (docs/design.md section 4).
+MTP_CASES = [Case(32, 4, 128, 16384), Case(32, 4, 64, 16384)]
+ALL_CASES = ANCHOR_CASES + SMALL_BATCH_CASES + PARTIAL_BLOCK_CASES + LONG_SINGLE_CASES + MTP_CASES
 QUICK_CASES = [Case(64, 1, 16, 32768, anchor_us=616), Case(64, 1, 128, 32768, anchor_us=1010),
                Case(4, 1, 64, 8192), Case(128, 1, 128, 4096, anchor_us=264)]
 
@@ -103,25 +109,12 @@ def random_snapmla_cache(num_blocks: int, seed: int) -> torch.Tensor:
     return data
 
 
-def flash_mla_baseline():
-    """(get_mla_metadata, flash_mla_with_kvcache) of FlashMLA when importable, else None."""
-    try:
-        import flash_mla
-    except ImportError:
-        return None
-    return flash_mla.get_mla_metadata, flash_mla.flash_mla_with_kvcache
-
-
-def time_flash_mla(fm, case, q, block_table, seqlens, num_blocks, H, NV) -> tuple[float, Optional[dict]]:
-    """FlashMLA BF16's time, and NVML's summary of its timed calls only (NV: bench/nvml_sampler.py; the BF16
-    cache's allocation and fill, up to 9.7 GB, stay outside the sampled window)."""
-    get_meta, call = fm
-    k_cache = torch.randn(num_blocks, L.PAGE_BLOCK_SIZE, 1, L.D_QK, device="cuda", dtype=torch.bfloat16).mul_(0.1)
-    meta = get_meta(seqlens, case.s_q * case.h_q, 1)
-    # Old FlashMLA returns (metadata, num_splits) tensors, new FlashMLA (sched_meta, None); both are positional.
-    fn = lambda: call(q, k_cache, block_table, seqlens, L.D_CONTENT, meta[0], meta[1], causal=False)  # noqa: E731
+def time_peer(peer, x, H, NV) -> tuple[float, Optional[dict]]:
+    """A peer's time (bench/peers.py), and NVML's summary of its timed calls only (NV: bench/nvml_sampler.py; its
+    cache's allocation and fill, up to 9.7 GB for a BF16 cache, stay outside the sampled window)."""
+    fn = peer.prepare(x)
     us, during = NV.timed_round(lambda: H.time_cold(fn))
-    del k_cache
+    del fn  # frees the peer's cache
     return us, during
 
 
@@ -156,16 +149,18 @@ def case_inputs(case: Case):
     return seqlens_cpu, block_table.cuda(), num_blocks, q
 
 
-def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_rounds: int = 2,
+def run_case(case: Case, peers: list, ceiling_gbps: float, H, pdl_ab: bool = False, ab_rounds: int = 2,
              ours_round_count: Optional[int] = None, alloc_between: bool = False) -> H.Result:
+    from bench.peers import PeerInputs
     from snapmla_ext.decode_ops import flash_mla_with_kvcache, get_mla_metadata
 
     seqlens_cpu, block_table, num_blocks, q = case_inputs(case)
     seqlens = seqlens_cpu.cuda()
+    x = PeerInputs(q=q, block_table=block_table, seqlens=seqlens, seqlens_cpu=seqlens_cpu, num_blocks=num_blocks)
     cache = random_snapmla_cache(num_blocks, seed=case.s_k)
     meta, splits = get_mla_metadata(seqlens, case.s_q * case.h_q, 1)
     fn = lambda: flash_mla_with_kvcache(q, cache, block_table, seqlens, L.D_CONTENT, meta, splits)  # noqa: E731
-    # With FlashMLA importable, ours and FlashMLA's call alternate for `ab_rounds` rounds and each side keeps its
+    # With peers importable, ours and each peer's call alternate for `ab_rounds` rounds and each side keeps its
     # fastest: timed once each, ours came right after the previous case's FlashMLA run and was up to 17 % slower
     # than in a run without it (b64 h128 16k, H200, 2026-12-01).
     # Each round is followed by the SM clock it left (harness.sm_clock_mhz): in a measured table our
@@ -179,20 +174,22 @@ def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_ro
     # not track our spread.
     from bench import nvml_sampler as NV
 
-    rounds = ours_round_count if ours_round_count is not None else (ab_rounds if fm is not None else 1)
-    ours_rounds, baseline_rounds, ours_mhz, baseline_mhz, ours_nvml, baseline_nvml = [], [], [], [], [], []
+    rounds = ours_round_count if ours_round_count is not None else (ab_rounds if peers else 1)
+    ours_rounds, ours_mhz, ours_nvml = [], [], []
+    peer_rounds = {peer.name: dict(us=[], sm_mhz=[], nvml=[]) for peer in peers}
     for _ in range(rounds):
         t, during = NV.timed_round(lambda: H.time_cold(fn))
         ours_rounds.append(t)
         ours_nvml.append(during)
         ours_mhz.append(H.sm_clock_mhz())
-        if fm is not None:
-            t, during = time_flash_mla(fm, case, q, block_table, seqlens, num_blocks, H, NV)
-            baseline_rounds.append(t)
-            baseline_nvml.append(during)
-            baseline_mhz.append(H.sm_clock_mhz())
+        for peer in peers:
+            t, during = time_peer(peer, x, H, NV)
+            pr = peer_rounds[peer.name]
+            pr["us"].append(t)
+            pr["nvml"].append(during)
+            pr["sm_mhz"].append(H.sm_clock_mhz())
             torch.cuda.empty_cache()
-        elif alloc_between:
+        if not peers and alloc_between:
             k_cache = torch.randn(num_blocks, L.PAGE_BLOCK_SIZE, 1, L.D_QK, device="cuda", dtype=torch.bfloat16)
             del k_cache
             torch.cuda.empty_cache()
@@ -214,9 +211,20 @@ def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_ro
     del cache
     torch.cuda.empty_cache()
 
+    # Per peer: its fastest round and ours over it. "speedup" stays FlashMLA BF16's (measured, else the anchor
+    # of docs/anchors.md); the goals compare with the faster BF16 peer and with the FP8 peer.
+    peer_params = {}
+    for peer in peers:
+        pr = peer_rounds[peer.name]
+        peer_params[peer.name] = dict(label=peer.label, precision=peer.precision, note=peer.note, us=min(pr["us"]),
+                                      speedup=min(pr["us"]) / us, rounds_us=pr["us"], rounds_sm_mhz=pr["sm_mhz"],
+                                      rounds_nvml=pr["nvml"])
+    bf16 = {n: v for n, v in peer_params.items() if v["precision"] == "bf16"}
+    best_bf16 = min(bf16, key=lambda n: bf16[n]["us"]) if bf16 else None
+    fm = peer_params.get("flashmla_bf16")
     baseline_us, baseline_kind = None, None
     if fm is not None:
-        baseline_us, baseline_kind = min(baseline_rounds), "measured"
+        baseline_us, baseline_kind = fm["us"], "measured"
     elif case.anchor_us is not None:
         baseline_us, baseline_kind = case.anchor_us, "anchor"
 
@@ -237,9 +245,11 @@ def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_ro
         narrow_kernel_us=forced.get("narrow"), wide_kernel_us=forced.get("wide"),
         narrow_vs_wide=(forced["wide"] / forced["narrow"]) if forced else None,
         plain_launch_us=plain_us, pdl_launch_us=pdl_us, pdl_speedup=(plain_us / pdl_us) if plain_us else None,
-        ours_rounds_us=ours_rounds, baseline_rounds_us=baseline_rounds or None,
-        ours_rounds_sm_mhz=ours_mhz, baseline_rounds_sm_mhz=baseline_mhz or None,
-        ours_rounds_nvml=ours_nvml, baseline_rounds_nvml=baseline_nvml or None,
+        ours_rounds_us=ours_rounds, baseline_rounds_us=fm["rounds_us"] if fm else None,
+        ours_rounds_sm_mhz=ours_mhz, baseline_rounds_sm_mhz=fm["rounds_sm_mhz"] if fm else None,
+        ours_rounds_nvml=ours_nvml, baseline_rounds_nvml=fm["rounds_nvml"] if fm else None,
+        peers=peer_params or None, best_bf16_peer=best_bf16,
+        speedup_vs_best_bf16=bf16[best_bf16]["speedup"] if best_bf16 else None,
     )
     q_bytes = rows * L.D_QK * 2
     out_bytes = rows * (L.D_CONTENT * 2 + 4)
@@ -253,6 +263,12 @@ def run_case(case: Case, fm, ceiling_gbps: float, H, pdl_ab: bool = False, ab_ro
 def print_line(r) -> None:
     p = r.params
     speed = f"{p['speedup']:.2f}x ({p['baseline']})" if p["speedup"] else "-"
+    # The other peers' ratios (FlashMLA's is `speed`), then ours over the faster BF16 peer.
+    others = {n: v for n, v in (p.get("peers") or {}).items() if n != "flashmla_bf16"}
+    for v in others.values():
+        speed += f" | {v['label']} {v['speedup']:.2f}x"
+    if p.get("best_bf16_peer") and len([v for v in (p.get("peers") or {}).values() if v["precision"] == "bf16"]) > 1:
+        speed += f" | best BF16 {p['speedup_vs_best_bf16']:.2f}x"
     wide = (f"  [forced: narrow {p['narrow_kernel_us']:.1f} us, wide {p['wide_kernel_us']:.1f} us, "
             f"narrow {p['narrow_vs_wide']:.2f}x]" if p.get("wide_kernel_us") else "")
     pdl = (f"  [plain launch {p['plain_launch_us']:.1f} us, PDL {p['pdl_launch_us']:.1f} us, {p['pdl_speedup']:.3f}x]"
@@ -276,6 +292,9 @@ def print_line(r) -> None:
             return "/".join(f"{t:.1f}@{d['sm_mhz_median']:.0f}{why(d)}" for t, d in rounds)
 
         theirs = f", FlashMLA {side('baseline_rounds')}" if p.get("baseline_rounds_us") else ""
+        for v in others.values():  # the other peers' rounds, with the clock after each
+            theirs += ", " + v["label"] + " " + "/".join(f"{t:.1f}@{f:.0f}" for t, f in zip(v["rounds_us"],
+                                                                                         v["rounds_sm_mhz"]))
         label = "us@MHz during (NVML)" if nvml_on else "us@MHz after"
         rounds = f"  [rounds {label}: ours {side('ours_rounds')}{theirs}]"
     print(f"{r.name:<34} {r.us:10.1f} {p['tflops']:9.1f} {p['kv_gbps']:9.1f} {p['pct_roofline']:7.1f}%  {speed}{wide}{pdl}"
@@ -332,12 +351,15 @@ def main() -> None:
                     help="only the cases whose name contains SUBSTR, or any of a comma-separated list "
                          "(e.g. b64_sq1_h16_sk32768 for ncu, sk8192,sk4096 for the small and short cases)")
     ap.add_argument("--ab-rounds", type=int, default=2, metavar="N",
-                    help="with flash_mla importable: rounds of ours then FlashMLA per case, fastest of each (default 2)")
+                    help="with peers importable: rounds of ours then each peer per case, fastest of each (default 2)")
     ap.add_argument("--ours-rounds", type=int, default=None, metavar="N",
-                    help="rounds of our call per case, with or without FlashMLA "
-                         "(default: --ab-rounds with it, 1 without)")
+                    help="rounds of our call per case, with or without peers "
+                         "(default: --ab-rounds with them, 1 without)")
+    ap.add_argument("--peers", default=None, metavar="NAMES",
+                    help="comma-separated peers to time (bench/peers.py: flashmla_bf16, fa3_bf16, vllm_fp8; "
+                         "default: every importable one)")
     ap.add_argument("--alloc-between-rounds", action="store_true",
-                    help="without FlashMLA: allocate and free its BF16 cache between our rounds (no FlashMLA kernel)")
+                    help="without peers: allocate and free a BF16 cache between our rounds (no peer kernel)")
     ap.add_argument("--pdl-ab", action="store_true",
                     help="also time every case with plain launches (SNAPMLA_PDL=0) and PDL (=1), and report the ratio")
     args = ap.parse_args()
@@ -347,22 +369,31 @@ def main() -> None:
 
     from bench import harness as H
 
-    fm = flash_mla_baseline()
+    from bench.peers import available_peers
+
+    peers, missing = available_peers(args.peers.split(",") if args.peers else None)
     ceiling = H.copy_ceiling_gbps()
+    have_fm = any(p.name == "flashmla_bf16" for p in peers)
     print(f"device: {torch.cuda.get_device_name(0)}; copy ceiling: {ceiling:.1f} GB/s; baseline: "
-          f"{'FlashMLA measured in this run' if fm else 'docs/anchors.md times (flash_mla not importable)'}")
+          f"{'FlashMLA measured in this run' if have_fm else 'docs/anchors.md times (flash_mla not importable)'}")
+    for p in peers:
+        print(f"peer {p.name}: {p.label} ({p.note})" if p.note else f"peer {p.name}: {p.label}")
+    for name, why in missing.items():
+        print(f"peer {name} skipped: {why}")
     print(f"{'case':<34} {'us':>10} {'TFLOPS':>9} {'KV GB/s':>9} {'roof':>8}  speedup")
     cases = QUICK_CASES if args.quick else ALL_CASES
     if args.cases:
         cases = [c for c in ALL_CASES if any(s in c.name for s in args.cases.split(","))]
     results = []
     for c in cases:
-        results.append(run_case(c, fm, ceiling, H, pdl_ab=args.pdl_ab, ab_rounds=max(args.ab_rounds, 1),
+        results.append(run_case(c, peers, ceiling, H, pdl_ab=args.pdl_ab, ab_rounds=max(args.ab_rounds, 1),
                                 ours_round_count=None if args.ours_rounds is None else max(args.ours_rounds, 1),
                                 alloc_between=args.alloc_between_rounds))
         print_line(results[-1])
     dirs = [H.RESULTS_DIR] + ([args.out] if args.out else [])
-    extra = {"copy_ceiling_gbps": ceiling, "baseline": "flash_mla measured" if fm else "docs/anchors.md"}
+    extra = {"copy_ceiling_gbps": ceiling, "baseline": "flash_mla measured" if have_fm else "docs/anchors.md",
+             "peers": {p.name: dict(label=p.label, precision=p.precision, note=p.note) for p in peers},
+             "peers_skipped": missing}
     for path in H.write_json("bench_decode", results, extra, dirs):
         print("wrote", path)
         png = plot_speedup(path)

@@ -63,3 +63,17 @@ def test_a_round_without_nvml_falls_back_to_the_clock_after(bench, capsys):
     bench.print_line(_result(ours_rounds_nvml=[None, None], baseline_rounds_nvml=None))
     line = capsys.readouterr().out
     assert "[rounds us@MHz after: ours 100.0@1980/120.0@1710, FlashMLA 150.0@1980/151.0@1975]" in line, line
+
+
+def _peer(label, precision, us, speedup):
+    return dict(label=label, precision=precision, note="", us=us, speedup=speedup, rounds_us=[us, us + 1.0],
+                rounds_sm_mhz=[1980.0, 1970.0], rounds_nvml=[None, None])
+
+
+def test_other_peers_and_the_best_bf16_ratio_are_printed(bench, capsys):
+    peers = {"flashmla_bf16": _peer("FlashMLA BF16", "bf16", 150.0, 1.5),
+             "fa3_bf16": _peer("FA3 BF16", "bf16", 130.0, 1.3), "vllm_fp8": _peer("vLLM FP8", "fp8", 105.0, 1.05)}
+    bench.print_line(_result(peers=peers, best_bf16_peer="fa3_bf16", speedup_vs_best_bf16=1.3))
+    line = capsys.readouterr().out
+    assert "1.50x (measured) | FA3 BF16 1.30x | vLLM FP8 1.05x | best BF16 1.30x" in line, line
+    assert "FA3 BF16 130.0@1980/131.0@1970" in line and "vLLM FP8 105.0@1980/106.0@1970" in line, line

@@ -1,6 +1,6 @@
 """Where the time of one decode call goes, kernel by kernel (GPU): torch.profiler over repeated calls of
-SnapMLA's flash_mla_with_kvcache (Fused-Q-Quant, decode, combine) and, when `flash_mla` is importable, of
-FlashMLA's BF16 call on the same shape; prints each kernel's mean device time per call and the gaps.
+SnapMLA's flash_mla_with_kvcache (Fused-Q-Quant, decode, combine) and of each importable peer of bench/peers.py
+(FlashMLA BF16, FA3's MLA path, ...) on the same shape; prints each kernel's mean device time per call and the gaps.
 
 Question it answers: at small batch (b = 1..16, 8k tokens, 35-75 us calls) is the time in the decode kernel, in
 the extra kernels of the call, or between kernels?
@@ -19,7 +19,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from bench.bench_decode import ALL_CASES, case_inputs, flash_mla_baseline, random_snapmla_cache  # noqa: E402
+from bench.bench_decode import ALL_CASES, case_inputs, random_snapmla_cache  # noqa: E402
+from bench.peers import PeerInputs, available_peers  # noqa: E402
 from snapmla_ext import layout as L  # noqa: E402
 
 
@@ -52,7 +53,9 @@ def main() -> None:
     args = ap.parse_args()
     from snapmla_ext.decode_ops import flash_mla_with_kvcache, get_mla_metadata
 
-    fm = flash_mla_baseline()
+    peers, missing = available_peers()
+    for peer_name, why in missing.items():
+        print(f"peer {peer_name} skipped: {why}")
     for name in args.cases.split(","):
         case = next(c for c in ALL_CASES if c.name == name)
         seqlens_cpu, block_table, num_blocks, q = case_inputs(case)
@@ -60,10 +63,9 @@ def main() -> None:
         cache = random_snapmla_cache(num_blocks, seed=case.s_k)
         meta, splits = get_mla_metadata(seqlens, case.s_q * case.h_q, 1)
         calls = {"snapmla": lambda: flash_mla_with_kvcache(q, cache, block_table, seqlens, L.D_CONTENT, meta, splits)}
-        if fm is not None:
-            k_cache = torch.randn(num_blocks, L.PAGE_BLOCK_SIZE, 1, L.D_QK, device="cuda", dtype=torch.bfloat16)
-            fm_meta = fm[0](seqlens, case.s_q * case.h_q, 1)
-            calls["flashmla"] = lambda: fm[1](q, k_cache, block_table, seqlens, L.D_CONTENT, fm_meta[0], fm_meta[1])
+        x = PeerInputs(q=q, block_table=block_table, seqlens=seqlens, seqlens_cpu=seqlens_cpu, num_blocks=num_blocks)
+        for peer in peers:  # each keeps its cache while this case runs
+            calls[peer.name] = peer.prepare(x)
         print(f"== {name}: num_sm_parts {meta.shape[0]}, splits {int(splits[-1])}")
         for who, fn in calls.items():
             per_kernel, span = kernel_times(fn, args.iters)

@@ -1,0 +1,163 @@
+"""The same-process peers of bench/bench_decode.py: other MLA decode kernels, each called the way its engine calls
+it, on its own cache filled with random data of the same shapes as ours.
+
+| peer           | cache                                          | call                                                      |
+| -------------- | ---------------------------------------------- | --------------------------------------------------------- |
+| flashmla_bf16  | (num_blocks, 64, 1, 576) bf16                  | flash_mla.get_mla_metadata once, flash_mla_with_kvcache   |
+| fa3_bf16       | the same BF16 cache, as two views              | flash_attn_interface.flash_attn_with_kvcache as vLLM's FLASH_ATTN_MLA backend: q = q_pe (64 dims), qv = the latent part (512), k = the RoPE slice, v = the latent slice, page table, scheduler metadata precomputed by get_scheduler_metadata |
+| vllm_fp8       | (num_blocks, 64, 1, 576) e4m3, one scale per tensor | vLLM's FlashMLA fork (dense_fp8): q pre-quantized to e4m3 with one scale, descale_q / descale_k |
+
+Each is imported only when present (they are built on the GPU machine from their public sources, never
+committed; docs/development.md). `available_peers()` tries each import and one small call and returns the peers
+that ran, with the reasons of those that did not. A peer's `prepare(x)` allocates its cache and returns the call
+to time; the cache lives as long as the returned callable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from snapmla_ext import layout as L
+
+SOFTMAX_SCALE = L.D_QK**-0.5  # ours by default; every peer gets the same (FA3's default would be 64 ** -0.5)
+
+
+@dataclass(frozen=True)
+class PeerInputs:
+    """One case's inputs, shared by ours and every peer.
+
+    q (b, s_q, h_q, 576) bf16 CUDA; block_table (b, max_pages) int32 CUDA; seqlens (b,) int32 CUDA and its CPU
+    copy; num_blocks: the pages the table uses (ids 0 .. num_blocks - 1)."""
+
+    q: torch.Tensor
+    block_table: torch.Tensor
+    seqlens: torch.Tensor
+    seqlens_cpu: torch.Tensor
+    num_blocks: int
+    causal: bool = False
+
+
+@dataclass(frozen=True)
+class Peer:
+    """name: JSON key; label: printed; precision: "bf16" or "fp8" (the goals compare with the faster BF16 peer);
+    prepare(x) -> the call to time (owns its cache); note: how it is called, for the JSON."""
+
+    name: str
+    label: str
+    precision: str
+    prepare: Callable[[PeerInputs], Callable[[], object]]
+    note: str = ""
+
+
+def _bf16_cache(num_blocks: int, device) -> torch.Tensor:
+    """(num_blocks, 64, 1, 576) bf16, N(0, 0.1^2): FlashMLA's test data."""
+    return torch.randn(num_blocks, L.PAGE_BLOCK_SIZE, 1, L.D_QK, device=device, dtype=torch.bfloat16).mul_(0.1)
+
+
+def flashmla_peer(flash_mla) -> Peer:
+    def prepare(x: PeerInputs):
+        cache = _bf16_cache(x.num_blocks, x.q.device)
+        s_q, h_q = x.q.shape[1], x.q.shape[2]
+        meta = flash_mla.get_mla_metadata(x.seqlens, s_q * h_q, 1)
+        # The 2025 API returns (metadata, num_splits) tensors, the 2026 one (sched_meta, None): both positional.
+        return lambda: flash_mla.flash_mla_with_kvcache(x.q, cache, x.block_table, x.seqlens, L.D_CONTENT, meta[0],
+                                                        meta[1], softmax_scale=SOFTMAX_SCALE, causal=x.causal)
+
+    return Peer("flashmla_bf16", "FlashMLA BF16", "bf16", prepare, "get_mla_metadata once per case")
+
+
+def fa3_peer(flash_attn_with_kvcache, get_scheduler_metadata: Optional[Callable]) -> Peer:
+    def prepare(x: PeerInputs):
+        cache = _bf16_cache(x.num_blocks, x.q.device)
+        b, s_q, h_q = x.q.shape[:3]
+        q_pe, q_latent = x.q[..., L.D_CONTENT :], x.q[..., : L.D_CONTENT]
+        k_pe, k_latent = cache[..., L.D_CONTENT :], cache[..., : L.D_CONTENT]
+        sched = None
+        if get_scheduler_metadata is not None:
+            sched = get_scheduler_metadata(
+                batch_size=b, max_seqlen_q=s_q, max_seqlen_k=int(x.seqlens_cpu.max()), num_heads_q=h_q,
+                num_heads_kv=1, headdim=L.D_ROPE, cache_seqlens=x.seqlens, qkv_dtype=torch.bfloat16,
+                headdim_v=L.D_CONTENT, page_size=L.PAGE_BLOCK_SIZE, causal=x.causal,
+            )
+        return lambda: flash_attn_with_kvcache(q=q_pe, k_cache=k_pe, v_cache=k_latent, qv=q_latent,
+                                               cache_seqlens=x.seqlens, page_table=x.block_table,
+                                               softmax_scale=SOFTMAX_SCALE, causal=x.causal,
+                                               scheduler_metadata=sched)
+
+    note = "scheduler metadata precomputed" if get_scheduler_metadata else "no get_scheduler_metadata: planned per call"
+    return Peer("fa3_bf16", "FA3 BF16", "bf16", prepare, note)
+
+
+def _probe_inputs(h_q: int = 16) -> PeerInputs:
+    """Two pages, one request of 70 tokens, s_q 1."""
+    seqlens_cpu = torch.tensor([70], dtype=torch.int32)
+    return PeerInputs(q=torch.randn(1, 1, h_q, L.D_QK, device="cuda", dtype=torch.bfloat16),
+                      block_table=torch.tensor([[0, 1]], dtype=torch.int32, device="cuda"),
+                      seqlens=seqlens_cpu.cuda(), seqlens_cpu=seqlens_cpu, num_blocks=2)
+
+
+def _first_out(ret) -> torch.Tensor:
+    return ret[0] if isinstance(ret, (tuple, list)) else ret
+
+
+def _tried(peer: Peer) -> Optional[str]:
+    """None when one small call of the peer runs and returns out of the expected shape, else why not."""
+    x = _probe_inputs()
+    try:
+        out = _first_out(peer.prepare(x)())
+        torch.cuda.synchronize()
+    except Exception as exc:  # a broken or mismatched build may raise anything
+        return f"its first call failed: {type(exc).__name__}: {exc}"
+    if tuple(out.shape) != (1, 1, x.q.shape[2], L.D_CONTENT):
+        return f"its first call returned out of shape {tuple(out.shape)}"
+    return None
+
+
+def _import_flashmla() -> list[Peer]:
+    import flash_mla
+
+    return [flashmla_peer(flash_mla)]
+
+
+def _import_fa3() -> list[Peer]:
+    import flash_attn_interface as fa
+
+    # With the scheduler metadata precomputed, as vLLM calls it; a build whose get_scheduler_metadata is missing
+    # or takes other arguments still runs, planning inside each call (the note says which ran).
+    variants = [fa3_peer(fa.flash_attn_with_kvcache, fa.get_scheduler_metadata)] if hasattr(
+        fa, "get_scheduler_metadata") else []
+    return variants + [fa3_peer(fa.flash_attn_with_kvcache, None)]
+
+
+# name -> a function that imports the peer and returns its variants, the preferred first.
+PEER_IMPORTS: tuple[tuple[str, Callable[[], list[Peer]]], ...] = (
+    ("flashmla_bf16", _import_flashmla),
+    ("fa3_bf16", _import_fa3),
+)
+
+
+def available_peers(names: Optional[list[str]] = None) -> tuple[list[Peer], dict[str, str]]:
+    """(the peers that import and run here, {name: why not} for the others). names: only these (default all).
+    Of a peer's variants the first that runs is taken."""
+    peers, missing = [], {}
+    for name, make in PEER_IMPORTS:
+        if names is not None and name not in names:
+            continue
+        try:
+            variants = make()
+        except Exception as exc:  # ImportError, or a broken build raising anything at import
+            missing[name] = f"import failed: {type(exc).__name__}: {exc}"
+            continue
+        reasons = []
+        for peer in variants:
+            why = _tried(peer)
+            if why is None:
+                peers.append(peer)
+                break
+            reasons.append(f"{peer.note or peer.label}: {why}")
+        else:
+            missing[name] = "; ".join(reasons)
+    return peers, missing
