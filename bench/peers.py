@@ -5,7 +5,7 @@ it, on its own cache filled with random data of the same shapes as ours.
 | -------------- | ---------------------------------------------- | --------------------------------------------------------- |
 | flashmla_bf16  | (num_blocks, 64, 1, 576) bf16                  | flash_mla.get_mla_metadata once, flash_mla_with_kvcache   |
 | fa3_bf16       | the same BF16 cache, as two views              | flash_attn_interface.flash_attn_with_kvcache as vLLM's FLASH_ATTN_MLA backend: q = q_pe (64 dims), qv = the latent part (512), k = the RoPE slice, v = the latent slice, page table, scheduler metadata precomputed by get_scheduler_metadata |
-| vllm_fp8       | (num_blocks, 64, 1, 576) e4m3, one scale per tensor | vLLM's FlashMLA fork (dense_fp8): q pre-quantized to e4m3 with one scale, descale_q / descale_k |
+| vllm_fp8       | (num_blocks, 64, 1, 576) e4m3, one scale per tensor | vLLM's FlashMLA fork, sm90 dense FP8 kernel: get_mla_decoding_metadata_dense_fp8 once, fwd_kvcache_mla_fp8 with q pre-quantized to e4m3 with one scale (outside the timed call), descale_q / descale_k of shape (1,) |
 
 Each is imported only when present (they are built on the GPU machine from their public sources, never
 committed; docs/development.md). `available_peers()` tries each import and one small call and returns the peers
@@ -91,6 +91,28 @@ def fa3_peer(flash_attn_with_kvcache, get_scheduler_metadata: Optional[Callable]
     return Peer("fa3_bf16", "FA3 BF16", "bf16", prepare, note)
 
 
+def vllm_fp8_peer(ops) -> Peer:
+    """ops: a module (or torch.ops namespace) with vLLM's FlashMLA fork's get_mla_decoding_metadata_dense_fp8 and
+    fwd_kvcache_mla_fp8. Its generic get_mla_metadata must not be used here: it plans in pages where this kernel
+    reads token offsets."""
+
+    def prepare(x: PeerInputs):
+        b, s_q, h_q = x.q.shape[:3]
+        fp8 = torch.float8_e4m3fn
+        # Static per-tensor scales, as vLLM's calc_kv_scales computes them: amax / 448.
+        latent = torch.randn(x.num_blocks, L.PAGE_BLOCK_SIZE, 1, L.D_QK, device=x.q.device).mul_(0.1)
+        k_scale = (latent.abs().amax() / L.FP8_E4M3_MAX).reshape(1)
+        cache = (latent / k_scale).clamp_(-L.FP8_E4M3_MAX, L.FP8_E4M3_MAX).to(fp8)
+        del latent
+        q_scale = (x.q.float().abs().amax() / L.FP8_E4M3_MAX).clamp_min(1e-12).reshape(1)
+        q8 = (x.q.float() / q_scale).clamp_(-L.FP8_E4M3_MAX, L.FP8_E4M3_MAX).to(fp8).contiguous()
+        meta, splits = ops.get_mla_decoding_metadata_dense_fp8(x.seqlens, s_q * h_q, 1)
+        return lambda: ops.fwd_kvcache_mla_fp8(q8, cache, L.D_CONTENT, x.seqlens, x.block_table, SOFTMAX_SCALE,
+                                               x.causal, meta, splits, q_scale, k_scale)
+
+    return Peer("vllm_fp8", "vLLM FP8", "fp8", prepare, "per-tensor FP8, q quantized before the timed call")
+
+
 def _probe_inputs(h_q: int = 16) -> PeerInputs:
     """Two pages, one request of 70 tokens, s_q 1."""
     seqlens_cpu = torch.tensor([70], dtype=torch.int32)
@@ -132,10 +154,23 @@ def _import_fa3() -> list[Peer]:
     return variants + [fa3_peer(fa.flash_attn_with_kvcache, None)]
 
 
+def _import_vllm_fp8() -> list[Peer]:
+    """A standalone build of the fork's csrc/extension/sm90/dense_fp8 as the module `vllm_flashmla_fp8`
+    (docs/development.md), else vLLM's own `_flashmla_extension_C` ops."""
+    try:
+        import vllm_flashmla_fp8 as ops
+    except ImportError:
+        import vllm._flashmla_extension_C  # noqa: F401  (registers torch.ops._flashmla_extension_C)
+
+        ops = torch.ops._flashmla_extension_C
+    return [vllm_fp8_peer(ops)]
+
+
 # name -> a function that imports the peer and returns its variants, the preferred first.
 PEER_IMPORTS: tuple[tuple[str, Callable[[], list[Peer]]], ...] = (
     ("flashmla_bf16", _import_flashmla),
     ("fa3_bf16", _import_fa3),
+    ("vllm_fp8", _import_vllm_fp8),
 )
 
 

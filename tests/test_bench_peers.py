@@ -83,3 +83,21 @@ def test_missing_and_failing_peers_are_reported(peers, monkeypatch):
 def test_only_the_named_peers_are_tried(peers, monkeypatch):
     monkeypatch.setattr(peers, "_tried", lambda peer: pytest.fail("no peer should be tried"))
     assert peers.available_peers(["none_of_them"]) == ([], {})
+
+
+def test_vllm_fp8_gets_a_per_tensor_fp8_q_and_cache_and_its_own_metadata(peers):
+    seen = {}
+    ops = types.SimpleNamespace(
+        get_mla_decoding_metadata_dense_fp8=lambda seqlens, rows, h_k: ("meta", "splits"),
+        fwd_kvcache_mla_fp8=lambda *a: seen.update(args=a),
+    )
+    x = _inputs(peers)
+    peers.vllm_fp8_peer(ops).prepare(x)()
+    q8, cache, d_v, seqlens, table, scale, causal, meta, splits, q_s, k_s = seen["args"]
+    assert q8.dtype == torch.float8_e4m3fn and q8.shape == x.q.shape and q8.is_contiguous()
+    assert cache.dtype == torch.float8_e4m3fn and cache.shape == (6, 64, 1, 576)
+    assert (d_v, meta, splits, causal) == (512, "meta", "splits", False) and seqlens is x.seqlens
+    assert q_s.shape == (1,) and k_s.shape == (1,) and q_s.dtype == k_s.dtype == torch.float32
+    # The scales are amax / 448: q dequantizes back to within e4m3's rounding, and the largest |q8| is 448.
+    assert float(q8.float().abs().max()) == 448.0
+    assert torch.allclose(q8.float() * q_s, x.q.float(), rtol=0.07, atol=float(q_s) * 2**-9)
