@@ -11,7 +11,9 @@ with ours, each on its own cache, when they are importable. One line per case:
 Roofline time = max(KV bytes / copy ceiling measured in this run, FP8 FLOPs / 1258 TFLOP/s + BF16 RoPE FLOPs /
 679 TFLOP/s) (the measured matmul ceilings of docs/anchors.md). The baseline is FlashMLA run in the same process
 when `flash_mla` is importable ("measured"), else the time from docs/anchors.md ("anchor"; none for some shapes).
-Timing: bench/harness.py, L2 flushed before every call (the data is >> L2 anyway), median.
+Timing: bench/harness.py, each side's call captured once in a CUDA graph and replayed, as engines run decode steps
+(--no-graphs: eager calls; a side whose capture fails runs eager and says so), L2 flushed before every call (the
+data is >> L2 anyway), median.
 
     python3 bench/bench_decode.py [--quick] [--out DIR]      (GPU; SNAPMLA_BENCH_QUICK=1 means --quick)
     python3 bench/bench_decode.py --cases sk8192 --pdl-ab     (also plain launches vs PDL, common/pdl.h)
@@ -109,21 +111,28 @@ def random_snapmla_cache(num_blocks: int, seed: int) -> torch.Tensor:
     return data
 
 
-def time_peer(peer, x, H, NV) -> tuple[float, Optional[dict]]:
-    """A peer's time (bench/peers.py), and NVML's summary of its timed calls only (NV: bench/nvml_sampler.py; its
-    cache's allocation and fill, up to 9.7 GB for a BF16 cache, stay outside the sampled window)."""
-    fn = peer.prepare(x)
-    us, during = NV.timed_round(lambda: H.time_cold(fn))
-    del fn  # frees the peer's cache
-    return us, during
+def timing_call(fn, H, graphs: bool):
+    """(the callable to time, how it runs): fn captured in a CUDA graph (H.graphed) when graphs, else fn eagerly.
+    A capture fixes the launch's choices (kernel override, PDL), so each setting gets its own capture."""
+    return H.graphed(fn) if graphs else (fn, "eager")
 
 
-def time_with_env(fn, H, name: str, value: str) -> float:
-    """fn timed with os.environ[name] = value (the launcher reads SNAPMLA_PDL per call), restored after."""
+def time_peer(peer, x, H, NV, graphs: bool) -> tuple[float, Optional[dict], str]:
+    """A peer's time (bench/peers.py), NVML's summary of its timed calls only (NV: bench/nvml_sampler.py; its
+    cache's allocation and fill, up to 9.7 GB for a BF16 cache, stay outside the sampled window), and how it ran."""
+    call, mode = timing_call(peer.prepare(x), H, graphs)
+    us, during = NV.timed_round(lambda: H.time_cold(call))
+    del call  # frees the peer's cache (and its graph)
+    return us, during, mode
+
+
+def time_with_env(fn, H, name: str, value: str, graphs: bool) -> float:
+    """fn timed with os.environ[name] = value (the launcher reads SNAPMLA_PDL per launch, so a graph is captured
+    under it), restored after."""
     old = os.environ.get(name)
     os.environ[name] = value
     try:
-        return H.time_cold(fn)
+        return H.time_cold(timing_call(fn, H, graphs)[0])
     finally:
         if old is None:
             del os.environ[name]
@@ -150,7 +159,7 @@ def case_inputs(case: Case):
 
 
 def run_case(case: Case, peers: list, ceiling_gbps: float, H, pdl_ab: bool = False, ab_rounds: int = 2,
-             ours_round_count: Optional[int] = None, alloc_between: bool = False) -> H.Result:
+             ours_round_count: Optional[int] = None, alloc_between: bool = False, graphs: bool = True) -> H.Result:
     from bench.peers import PeerInputs
     from snapmla_ext.decode_ops import flash_mla_with_kvcache, get_mla_metadata
 
@@ -160,6 +169,7 @@ def run_case(case: Case, peers: list, ceiling_gbps: float, H, pdl_ab: bool = Fal
     cache = random_snapmla_cache(num_blocks, seed=case.s_k)
     meta, splits = get_mla_metadata(seqlens, case.s_q * case.h_q, 1)
     fn = lambda: flash_mla_with_kvcache(q, cache, block_table, seqlens, L.D_CONTENT, meta, splits)  # noqa: E731
+    call, ours_mode = timing_call(fn, H, graphs)
     # With peers importable, ours and each peer's call alternate for `ab_rounds` rounds and each side keeps its
     # fastest: timed once each, ours came right after the previous case's FlashMLA run and was up to 17 % slower
     # than in a run without it (b64 h128 16k, H200, 2026-12-01).
@@ -176,15 +186,16 @@ def run_case(case: Case, peers: list, ceiling_gbps: float, H, pdl_ab: bool = Fal
 
     rounds = ours_round_count if ours_round_count is not None else (ab_rounds if peers else 1)
     ours_rounds, ours_mhz, ours_nvml = [], [], []
-    peer_rounds = {peer.name: dict(us=[], sm_mhz=[], nvml=[]) for peer in peers}
+    peer_rounds = {peer.name: dict(us=[], sm_mhz=[], nvml=[], mode=None) for peer in peers}
     for _ in range(rounds):
-        t, during = NV.timed_round(lambda: H.time_cold(fn))
+        t, during = NV.timed_round(lambda: H.time_cold(call))
         ours_rounds.append(t)
         ours_nvml.append(during)
         ours_mhz.append(H.sm_clock_mhz())
         for peer in peers:
-            t, during = time_peer(peer, x, H, NV)
+            t, during, mode = time_peer(peer, x, H, NV, graphs)
             pr = peer_rounds[peer.name]
+            pr["mode"] = mode
             pr["us"].append(t)
             pr["nvml"].append(during)
             pr["sm_mhz"].append(H.sm_clock_mhz())
@@ -201,14 +212,14 @@ def run_case(case: Case, peers: list, ceiling_gbps: float, H, pdl_ab: bool = Fal
     if hasattr(torch.ops.snapmla, "decode_kernel") and decode_kernel(case.s_q * case.h_q) == "narrow":
         for kernel in ("narrow", "wide"):
             with forced_decode_kernel(kernel):
-                forced[kernel] = H.time_cold(fn)
+                forced[kernel] = H.time_cold(timing_call(fn, H, graphs)[0])
     # --pdl-ab: the same call with plain launches (SNAPMLA_PDL=0) and with PDL (SNAPMLA_PDL=1; common/pdl.h),
     # neighbouring timings of one process.
     plain_us = pdl_us = None
     if pdl_ab:
-        plain_us = time_with_env(fn, H, "SNAPMLA_PDL", "0")
-        pdl_us = time_with_env(fn, H, "SNAPMLA_PDL", "1")
-    del cache
+        plain_us = time_with_env(fn, H, "SNAPMLA_PDL", "0", graphs)
+        pdl_us = time_with_env(fn, H, "SNAPMLA_PDL", "1", graphs)
+    del call, cache
     torch.cuda.empty_cache()
 
     # Per peer: its fastest round and ours over it. "speedup" stays FlashMLA BF16's (measured, else the anchor
@@ -216,7 +227,8 @@ def run_case(case: Case, peers: list, ceiling_gbps: float, H, pdl_ab: bool = Fal
     peer_params = {}
     for peer in peers:
         pr = peer_rounds[peer.name]
-        peer_params[peer.name] = dict(label=peer.label, precision=peer.precision, note=peer.note, us=min(pr["us"]),
+        peer_params[peer.name] = dict(label=peer.label, precision=peer.precision, note=peer.note, mode=pr["mode"],
+                                      us=min(pr["us"]),
                                       speedup=min(pr["us"]) / us, rounds_us=pr["us"], rounds_sm_mhz=pr["sm_mhz"],
                                       rounds_nvml=pr["nvml"])
     bf16 = {n: v for n, v in peer_params.items() if v["precision"] == "bf16"}
@@ -248,7 +260,7 @@ def run_case(case: Case, peers: list, ceiling_gbps: float, H, pdl_ab: bool = Fal
         ours_rounds_us=ours_rounds, baseline_rounds_us=fm["rounds_us"] if fm else None,
         ours_rounds_sm_mhz=ours_mhz, baseline_rounds_sm_mhz=fm["rounds_sm_mhz"] if fm else None,
         ours_rounds_nvml=ours_nvml, baseline_rounds_nvml=fm["rounds_nvml"] if fm else None,
-        peers=peer_params or None, best_bf16_peer=best_bf16,
+        timing=ours_mode, peers=peer_params or None, best_bf16_peer=best_bf16,
         speedup_vs_best_bf16=bf16[best_bf16]["speedup"] if best_bf16 else None,
     )
     q_bytes = rows * L.D_QK * 2
@@ -267,6 +279,11 @@ def print_line(r) -> None:
     others = {n: v for n, v in (p.get("peers") or {}).items() if n != "flashmla_bf16"}
     for v in others.values():
         speed += f" | {v['label']} {v['speedup']:.2f}x"
+    eager = [v["label"] for v in (p.get("peers") or {}).values() if v.get("mode", "graph") != "graph"]
+    if p.get("timing", "graph") != "graph":
+        eager.insert(0, "ours")
+    if eager:
+        speed += f" [eager: {', '.join(eager)}]"
     if p.get("best_bf16_peer") and len([v for v in (p.get("peers") or {}).values() if v["precision"] == "bf16"]) > 1:
         speed += f" | best BF16 {p['speedup_vs_best_bf16']:.2f}x"
     wide = (f"  [forced: narrow {p['narrow_kernel_us']:.1f} us, wide {p['wide_kernel_us']:.1f} us, "
@@ -358,6 +375,8 @@ def main() -> None:
     ap.add_argument("--peers", default=None, metavar="NAMES",
                     help="comma-separated peers to time (bench/peers.py: flashmla_bf16, fa3_bf16, vllm_fp8; "
                          "default: every importable one)")
+    ap.add_argument("--no-graphs", action="store_true",
+                    help="time eager calls instead of CUDA-graph replays (every side; default: graphs, as engines)")
     ap.add_argument("--alloc-between-rounds", action="store_true",
                     help="without peers: allocate and free a BF16 cache between our rounds (no peer kernel)")
     ap.add_argument("--pdl-ab", action="store_true",
@@ -388,7 +407,7 @@ def main() -> None:
     for c in cases:
         results.append(run_case(c, peers, ceiling, H, pdl_ab=args.pdl_ab, ab_rounds=max(args.ab_rounds, 1),
                                 ours_round_count=None if args.ours_rounds is None else max(args.ours_rounds, 1),
-                                alloc_between=args.alloc_between_rounds))
+                                alloc_between=args.alloc_between_rounds, graphs=not args.no_graphs))
         print_line(results[-1])
     dirs = [H.RESULTS_DIR] + ([args.out] if args.out else [])
     extra = {"copy_ceiling_gbps": ceiling, "baseline": "flash_mla measured" if have_fm else "docs/anchors.md",

@@ -3,6 +3,8 @@
 Timing (CUDA events, median over repetitions):
 - l2="cold": before every repetition a 256 MB buffer is zeroed (5x the H200's 50 MB L2), then the call is timed
   alone. The flush also keeps the GPU busy while the CPU enqueues the call, so launch overhead is not measured.
+- `graphed(fn)`: the call captured once in a CUDA graph and replayed (bench_decode.py's default, as engines run
+  decode steps), timed cold as above.
 - l2="hot": `inner` calls are captured in one CUDA graph and replayed (inputs stay in L2 from the previous
   call, as right after the producer kernel); time per call = replay time / inner. The graph removes the CPU's
   per-call dispatch cost (several us for a torch op), which would otherwise be timed instead of the kernel.
@@ -64,6 +66,26 @@ def time_cold(fn: Callable[[], object], *, reps: int = 20, warmup: int = 3) -> f
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3)
     return statistics.median(times)
+
+
+def graphed(fn: Callable[[], object], *, warmup: int = 2) -> tuple[Callable[[], object], str]:
+    """(a callable replaying fn captured in one CUDA graph, "graph"), as engines run their decode steps; where the
+    capture fails (a call that is not capturable), (fn itself, "eager: <why>"). Warm-up runs on a side stream
+    first, as torch.cuda.graph needs (lazy initialisation, workspace allocations)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            fn()
+    except Exception as exc:  # whatever the call raises while capturing
+        torch.cuda.synchronize()
+        return fn, f"eager: capture failed: {type(exc).__name__}: {exc}"
+    return graph.replay, "graph"
 
 
 def sm_clock_mhz(cycles: int = 1_000_000) -> float:

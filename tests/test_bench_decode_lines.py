@@ -77,3 +77,11 @@ def test_other_peers_and_the_best_bf16_ratio_are_printed(bench, capsys):
     line = capsys.readouterr().out
     assert "1.50x (measured) | FA3 BF16 1.30x | vLLM FP8 1.05x | best BF16 1.30x" in line, line
     assert "FA3 BF16 130.0@1980/131.0@1970" in line and "vLLM FP8 105.0@1980/106.0@1970" in line, line
+
+
+def test_sides_that_ran_eager_are_named(bench, capsys):
+    peers = {"fa3_bf16": dict(_peer("FA3 BF16", "bf16", 130.0, 1.3), mode="eager: capture failed: RuntimeError")}
+    bench.print_line(_result(peers=peers, timing="graph"))
+    assert "[eager: FA3 BF16]" in capsys.readouterr().out
+    bench.print_line(_result(peers=None, timing="eager"))
+    assert "[eager: ours]" in capsys.readouterr().out
