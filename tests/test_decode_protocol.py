@@ -97,3 +97,41 @@ def test_model_finds_a_narrow_deadlock():
     # stage the warpgroup keeps while that warpgroup waits for a page the producer cannot load.
     found = [simulate_narrow([9], seed, release_at_piece_end=True) for seed in range(20)]
     assert all(r is not None and "kv_" in r for r in found), found[:3]
+
+
+# ---- candidate E of docs/design.md section 4: a 2-CTA cluster over one tile, pages in pairs (no kernel yet) ----
+
+
+def test_pair_cluster_protocol_completes():
+    # Both CTAs finish every row and leave no phase half-arrived: odd page counts (a lone last page), pieces with
+    # no pair of one CTA, empty pieces, rows whose pairs reuse every stage several times.
+    from utils.pair_cluster_protocol import simulate_pair_cluster
+
+    rng = random.Random(19)
+    rows = EDGE_ROWS + [[12], [0, 13, 0], [1, 11, 2], [3, 3, 3]] + [random_pieces(rng) for _ in range(300)]
+    for case, row in enumerate(rows):
+        result = simulate_pair_cluster(row, seed=case)
+        assert result is None, f"pair cluster on row {row}, interleaving {case}: {result}"
+
+
+def test_pair_cluster_pairs_count_from_each_piece():
+    from utils.pair_cluster_protocol import pairs_of
+
+    assert pairs_of([3, 0, 2, 1]) == [(0, 0, [0, 1]), (0, 1, [2]), (2, 2, [3, 4]), (3, 3, [5])]
+
+
+@pytest.mark.parametrize(
+    "broken,row,found",
+    [
+        ("local_release", [5, 0, 2], "deadlock"),   # the peer never sees the stage freed
+        ("local_release", [9], "unbalanced"),       # ... or its releases drift into a later page's phase
+        ("pv_skips_kv_full", [5, 0, 2], "read V"),  # the first draft of this protocol
+        ("no_state_wait", [9], "read the state"),
+    ],
+)
+def test_model_finds_pair_cluster_faults(broken, row, found):
+    from utils.pair_cluster_protocol import simulate_pair_cluster
+
+    results = [simulate_pair_cluster(row, seed, broken=broken) for seed in range(40)]
+    assert any(r is not None and found in r for r in results), results[:3]
+    assert all(simulate_pair_cluster(row, seed) is None for seed in range(40))

@@ -74,7 +74,8 @@ POLICIES = {
     "v11": Policy("v11", (0, 1, 2, 3), False, False, (1, 1, KV_STAGES), lambda n: (n + 2, n + 3, n + 4)),
 }
 
-Action = tuple  # ("wait", bar, parity) | ("test", bar, parity) | ("arrive", bar, weight) | ("tma", bar)
+Action = tuple  # ("wait", bar, parity) | ("test", bar, parity) | ("arrive", bar, weight) | ("tma", bar) |
+#                ("land", [bars]): copies in flight that each complete one arrival on its barrier later (multicast)
 Agent = Generator[Action, Optional[bool], None]
 
 
@@ -276,6 +277,9 @@ def run_agents(agents: dict[str, Agent], seed: int, stall_limit: int = 4000, lan
         elif act[0] == "tma":
             act[1].arrive(1)  # the issuer's arrive.expect_tx
             inflight.append(act[1])  # complete_tx, later
+            stall = 0
+        elif act[0] == "land":
+            inflight.extend(act[1])  # one complete_tx per destination, each at its own later step
             stall = 0
         try:
             nxt[a] = agents[a].send(result)
