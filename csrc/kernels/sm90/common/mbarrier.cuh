@@ -56,7 +56,7 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
 // Blocks until the phase with parity `parity` has completed. A fresh barrier is in phase 0, so waiting for
 // parity 1 returns at once: producers wait on "empty" barriers with the flipped parity.
 // A loop over ClusterBarrier::try_wait rather than ClusterBarrier::wait: wait passes a suspend-time hint of 10^7 ns,
-// which ptxas turns into a NANOSLEEP and a second phase check on every retry path (4 more SYNCS per kernel); the
+// which ptxas turns into a NANOSLEEP and a second phase check on every retry path (4-7 more SYNCS per kernel); the
 // hardware's own try_wait time limit is what the kernels were tuned with.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   while (!cutlass::arch::ClusterBarrier::try_wait(bar, parity)) {
