@@ -69,12 +69,24 @@ def flashmla_peer(flash_mla) -> Peer:
     return Peer("flashmla_bf16", "FlashMLA BF16", "bf16", prepare, "get_mla_metadata once per case")
 
 
+def fa3_mla_call(flash_attn_with_kvcache, q: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor,
+                 seqlens: torch.Tensor, softmax_scale: float, causal: bool, scheduler_metadata=None) -> torch.Tensor:
+    """FlashAttention-3's MLA path as vLLM's FLASH_ATTN_MLA backend calls it, on a BF16 MLA cache.
+
+    q (b, s_q, h_q, 576) bf16: q = its RoPE part (64), qv = its latent part (512); cache (num_blocks, 64, 1, 576)
+    bf16: k = the RoPE slice, v = the latent slice (two views of one cache); block_table (b, width) int32, seqlens
+    (b,) int32. Returns out (b, s_q, h_q, 512) bf16."""
+    out = flash_attn_with_kvcache(q=q[..., L.D_CONTENT :], k_cache=cache[..., L.D_CONTENT :],
+                                  v_cache=cache[..., : L.D_CONTENT], qv=q[..., : L.D_CONTENT], cache_seqlens=seqlens,
+                                  page_table=block_table, softmax_scale=softmax_scale, causal=causal,
+                                  scheduler_metadata=scheduler_metadata)
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
 def fa3_peer(flash_attn_with_kvcache, get_scheduler_metadata: Optional[Callable]) -> Peer:
     def prepare(x: PeerInputs):
         cache = _bf16_cache(x.num_blocks, x.q.device)
         b, s_q, h_q = x.q.shape[:3]
-        q_pe, q_latent = x.q[..., L.D_CONTENT :], x.q[..., : L.D_CONTENT]
-        k_pe, k_latent = cache[..., L.D_CONTENT :], cache[..., : L.D_CONTENT]
         sched = None
         if get_scheduler_metadata is not None:
             sched = get_scheduler_metadata(
@@ -82,10 +94,8 @@ def fa3_peer(flash_attn_with_kvcache, get_scheduler_metadata: Optional[Callable]
                 num_heads_kv=1, headdim=L.D_ROPE, cache_seqlens=x.seqlens, qkv_dtype=torch.bfloat16,
                 headdim_v=L.D_CONTENT, page_size=L.PAGE_BLOCK_SIZE, causal=x.causal,
             )
-        return lambda: flash_attn_with_kvcache(q=q_pe, k_cache=k_pe, v_cache=k_latent, qv=q_latent,
-                                               cache_seqlens=x.seqlens, page_table=x.block_table,
-                                               softmax_scale=SOFTMAX_SCALE, causal=x.causal,
-                                               scheduler_metadata=sched)
+        return lambda: fa3_mla_call(flash_attn_with_kvcache, x.q, cache, x.block_table, x.seqlens, SOFTMAX_SCALE,
+                                    x.causal, sched)
 
     note = "scheduler metadata precomputed" if get_scheduler_metadata else "no get_scheduler_metadata: planned per call"
     return Peer("fa3_bf16", "FA3 BF16", "bf16", prepare, note)

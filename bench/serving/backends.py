@@ -25,6 +25,7 @@ from typing import Callable, Optional
 
 import torch
 
+from bench.peers import fa3_mla_call
 from bench.serving.allocator import PAGE_BLOCK_SIZE, SCRATCH_PAGE
 from snapmla_ext import layout as L
 from snapmla_ext import reference
@@ -240,11 +241,8 @@ class FA3Bf16(_Bf16Cache):
         self.fn = flash_attn_with_kvcache
 
     def attend(self, layer, q):
-        cache = self.caches[layer]  # (num_blocks, 64, 1, 576)
-        out = self.fn(q=q[..., L.D_CONTENT :], k_cache=cache[..., L.D_CONTENT :], v_cache=cache[..., : L.D_CONTENT],
-                      qv=q[..., : L.D_CONTENT], cache_seqlens=self.seqlens, page_table=self.block_table,
-                      softmax_scale=self.softmax_scale, causal=self.causal)
-        return out[0] if isinstance(out, (tuple, list)) else out
+        return fa3_mla_call(self.fn, q, self.caches[layer], self.block_table, self.seqlens, self.softmax_scale,
+                            self.causal)
 
 
 def paged_attention_bf16(q: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor, seqlens: torch.Tensor,
@@ -328,10 +326,7 @@ def probe_fa3() -> tuple[Optional[Callable[[], FA3Bf16]], Optional[str]]:
         return None, f"`from flash_attn_interface import flash_attn_with_kvcache` failed: {type(exc).__name__}: {exc}"
     try:
         q, cache, table, seqlens = _probe_inputs()
-        out = flash_attn_with_kvcache(q=q[..., L.D_CONTENT :], k_cache=cache[..., L.D_CONTENT :],
-                                      v_cache=cache[..., : L.D_CONTENT], qv=q[..., : L.D_CONTENT],
-                                      cache_seqlens=seqlens, page_table=table, softmax_scale=192**-0.5, causal=False)
-        out = out[0] if isinstance(out, (tuple, list)) else out
+        out = fa3_mla_call(flash_attn_with_kvcache, q, cache, table, seqlens, 192**-0.5, causal=False)
         torch.cuda.synchronize()
         if tuple(out.shape) != (1, 1, q.shape[2], L.D_CONTENT):
             return None, f"flash_attn_with_kvcache returned out of shape {tuple(out.shape)}"

@@ -179,7 +179,8 @@ def decode_dense(
         for b0 in range(0, c1 - c0, p_block):
             b1 = min(c1 - c0, b0 + p_block)
             xb, vb = x[:, :, b0:b1], vis[:, :, b0:b1]
-            m_new = torch.maximum(m, xb.amax(dim=-1))
+            x_max = xb.amax(dim=-1)
+            m_new = torch.maximum(m, x_max)
             # A row that has seen nothing has m_new = -inf: its exponent base is 0 (its logits are all -inf).
             m_use = torch.where(m_new == -float("inf"), zero, m_new)
             e = torch.where(vb, torch.exp2(xb - m_use.unsqueeze(-1)), zero)
@@ -188,7 +189,7 @@ def decode_dense(
             if p_quant == "bound":
                 # The block's largest scale over the tokens the request sees (0 for a block it does not see).
                 ks_vis = torch.where(vb.any(dim=1, keepdim=True), ks[:, :, b0:b1], zero)
-                e_max = torch.where(xb.amax(dim=-1) == -float("inf"), zero, torch.exp2(xb.amax(dim=-1) - m_use))
+                e_max = torch.where(x_max == -float("inf"), zero, torch.exp2(x_max - m_use))
                 bound = e_max * ks_vis.amax(dim=-1)
                 inv_new = L.FP8_E4M3_MAX * torch.reciprocal(torch.clamp_min(bound, L.P_FLOOR))
                 p_op = e4m3(p * inv_new.unsqueeze(-1)).float()

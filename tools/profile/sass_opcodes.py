@@ -28,7 +28,7 @@ CLASSES = (
     ("MUFU", ("MUFU",)), ("FP32", ("FADD", "FMUL", "FFMA", "FMNMX", "FSEL", "FSETP")),
     ("CVT", ("F2FP", "F2F", "I2F", "F2I", "F2IP")), ("LOCAL", ("LDL", "STL")), ("BRA", ("BRA", "BSSY", "BSYNC")),
 )
-_OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+_OPCODE = re.compile(sass_sizes.INSTRUCTION + r"([A-Z][A-Z0-9_]*)")
 
 
 def classify(opcode: str) -> str:
@@ -41,7 +41,7 @@ def classify(opcode: str) -> str:
 def counts(sass: str) -> dict[str, int]:
     """{class: instructions} of one function's SASS listing (NOP padding left out)."""
     c = Counter()
-    for op in _OPCODE.findall(sass):
+    for op in (m.group(2) for m in _OPCODE.finditer(sass)):
         if op != "NOP":
             c[classify(op)] += 1
     c["TOTAL"] = sum(c.values())

@@ -74,9 +74,14 @@ def sass_by_function(path: str) -> dict[str, str]:
     return functions
 
 
+# The start of one instruction in a cuobjdump listing: its offset comment (group 1) and an optional predicate;
+# the opcode follows.
+INSTRUCTION = r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?"
+
+
 def offsets(sass: str, opcode: str) -> list[int]:
     """Byte offsets of the instructions `opcode` (predicated or not) in one function's SASS."""
-    return [int(m.group(1), 16) for m in re.finditer(rf"/\*([0-9a-f]{{4,}})\*/\s+(?:@!?U?P\w+\s+)?{opcode}\b", sass)]
+    return [int(m.group(1), 16) for m in re.finditer(INSTRUCTION + rf"{opcode}\b", sass)]
 
 
 def code_span(sass: str, opcode: str) -> tuple[int, int]:
