@@ -128,7 +128,7 @@ class Scheme:
     """One way of computing decode attention.
 
     name: short key (JSON, CLI); label: legend text; q_quant / kv_quant: quantizers (rows (..., 576) in);
-    p_quant / p_block: decode_dense's P mode and block size;
+    p_quant / p_block / p_ref: decode_dense's P mode, block size and exponentials' reference;
     tensor_scales: the scales are per tensor and applied outside the GEMMs (engine_pt), not fused per token.
     """
 
@@ -138,6 +138,7 @@ class Scheme:
     kv_quant: Quantizer
     p_quant: str = "block"
     p_block: int = L.PAGE_BLOCK_SIZE
+    p_ref: str = "running"
     tensor_scales: bool = False
 
     def prepare(self, q: torch.Tensor, kv: torch.Tensor) -> DenseInputs:
@@ -180,6 +181,8 @@ ABLATIONS: tuple[Scheme, ...] = (
     replace(_SNAP, name="p_block_128", label="P block 128", p_block=128),
     replace(_SNAP, name="p_bound", label="P scale as an upper bound (no p' reduction)", p_quant="bound"),
     replace(_SNAP, name="p_bound_128", label="P bound, block 128", p_quant="bound", p_block=128),
+    replace(_SNAP, name="p_local", label="exponentials against the block's own maximum", p_ref="block"),
+    replace(_SNAP, name="p_local_128", label="block's own maximum, P block 128", p_ref="block", p_block=128),
 )
 
 

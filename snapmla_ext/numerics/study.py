@@ -69,7 +69,7 @@ def emulate(scheme: Scheme, layer: Layer, softmax_scale: float) -> tuple[torch.T
     visible = torch.ones(1, d.q_c.shape[1], d.k_c.shape[1], dtype=torch.bool)
     o, lse = decode_dense(
         d.q_c, d.q_r, d.q_scale, d.k_c, d.k_r, d.k_scale, visible, softmax_scale * d.logit_scale,
-        p_block=scheme.p_block, p_quant=scheme.p_quant,
+        p_block=scheme.p_block, p_quant=scheme.p_quant, p_ref=scheme.p_ref,
     )
     return (o[0] * d.out_scale).to(torch.bfloat16), lse[0]
 

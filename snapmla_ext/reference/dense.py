@@ -55,6 +55,19 @@ with the first maximum the row's logit maximum of the block (already reduced for
 block's tokens that the request sees (one value per block, shared by every row). p' * inv_n <= 448 still holds, so
 nothing saturates; a row whose largest e_j and largest k_scale_j fall on different tokens quantizes its P on a
 coarser grid. Also studied in snapmla_ext.numerics (docs/design.md: the compute-bound design's budget).
+
+p_ref="block" takes each block's exponentials against the block's own logit maximum instead of the running one,
+the form a kernel needs when consecutive blocks' softmaxes run on different warpgroups or CTAs (docs/design.md
+section 4, candidate E): no block's softmax then waits for the previous block's state. With r_n = max_j x2_j:
+
+    e_j = 2^(x2_j - r_n),  p'_j = e_j * k_scale_j,  inv_n = 448 * rcp(max(max_j p'_j, P_FLOOR))
+    f_n = 2^(r_{n-1} - r_n) * (inv_n * rcp(inv_{n-1})),  L~_n = L~_{n-1} * f_n + (sum_j e_j) * inv_n
+
+which is the contract's algebra with the running maximum m_n replaced by r_n (sigma_n = 2^(r_n - m_n) / inv_n in
+the contract's units): p8 is the same up to the rounding of 2^x. The running maximum m_n is still kept, for the
+floor only: a block whose largest p' in the contract's units, 2^(r_n - m_n) max_j p'_j, is below P_FLOOR is
+dropped (its p8 would be quantised on the floored grid, worth < 2^-60 of the row's largest term), which bounds
+f_n as P_FLOOR does. lse = ln 2 * (r_N + log2(L~_N / inv_N)), r_N of the row's last kept block.
 """
 
 from __future__ import annotations
@@ -66,6 +79,7 @@ from snapmla_ext.reference.mma import fp8_gemm_chain
 from snapmla_ext.reference.quant import e4m3
 
 P_QUANT_MODES = ("block", "running", "bound", "none", "unscaled")
+P_REFS = ("running", "block")
 PV_ACCUMULATIONS = ("fp32", "fp8_wgmma")
 LOG2E = 1.4426950408889634  # config.h LOG2E (the kernels fold it into the row's logit multiplier)
 LN2 = 0.6931471805599453
@@ -113,6 +127,7 @@ def decode_dense(
     *,
     p_block: int = 64,
     p_quant: str = "block",
+    p_ref: str = "running",
     block_offset: int = 0,
     pv_accumulation: str = "fp32",
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,6 +141,8 @@ def decode_dense(
     never drops below alpha_n * sigma_{n-1}, see the module docstring), "bound" (sigma from the row's logit maximum
     and the block's largest k_scale, no reduction over p'), "none" (p' kept in fp32, sigma = 1),
     "unscaled" (p8 = e4m3(p') with sigma = 1, as per-tensor FP8 engines do).
+    p_ref: "running" (the contract: exponentials against the running maximum) or "block" (against each block's
+    own maximum, see the module docstring; with p_quant "block" only).
     block_offset: the walk starts at token block_offset and counts its P blocks from there (a split piece's first
     page starts a P block, also when p_block spans two pages); a multiple of p_block, or of a page (64) when
     p_block is larger. Earlier tokens are not part of this piece and are never read, so a split piece can take
@@ -138,6 +155,10 @@ def decode_dense(
     _check_shapes(q_c, q_r, q_scale, k_c, k_r, k_scale, visible)
     if p_quant not in P_QUANT_MODES:
         raise ValueError(f"p_quant must be one of {P_QUANT_MODES}, got {p_quant!r}")
+    if p_ref not in P_REFS:
+        raise ValueError(f"p_ref must be one of {P_REFS}, got {p_ref!r}")
+    if p_ref == "block" and p_quant != "block":
+        raise ValueError(f"p_ref='block' needs p_quant='block', got p_quant={p_quant!r}")
     if not isinstance(p_block, int) or p_block <= 0:
         raise ValueError(f"p_block must be a positive int, got {p_block!r}")
     N = k_c.shape[1]
@@ -160,6 +181,7 @@ def decode_dense(
     q_mul = (q_scale * torch.tensor(softmax_scale * LOG2E, dtype=torch.float32)).unsqueeze(-1)
 
     m = torch.full((B, R), -float("inf"), device=dev)
+    ref = m.clone()  # the exponentials' reference of the last kept block: m itself unless p_ref = "block"
     inv = torch.full((B, R), L.FP8_E4M3_MAX / L.P_FLOOR, device=dev)  # 1 / sigma_{-1} = 448 / P_FLOOR
     o_acc = torch.zeros(B, R, L.D_CONTENT, device=dev)
     l_acc = torch.zeros(B, R, device=dev)
@@ -183,6 +205,8 @@ def decode_dense(
             m_new = torch.maximum(m, x_max)
             # A row that has seen nothing has m_new = -inf: its exponent base is 0 (its logits are all -inf).
             m_use = torch.where(m_new == -float("inf"), zero, m_new)
+            if p_ref == "block":
+                m_use = torch.where(x_max == -float("inf"), zero, x_max)
             e = torch.where(vb, torch.exp2(xb - m_use.unsqueeze(-1)), zero)
             p = torch.where(vb, e * ks[:, :, b0:b1], zero)
             p_max = p.amax(dim=-1)
@@ -205,8 +229,9 @@ def decode_dense(
             else:
                 inv_new = torch.ones_like(inv)
                 p_op = p
-            ratio = torch.exp2(m - m_new) * (inv_new * torch.reciprocal(inv))
-            f = torch.where(m == -float("inf"), zero, ratio)  # nothing to rescale before the first token
+            ref_new = m_new if p_ref == "running" else x_max
+            ratio = torch.exp2(ref - ref_new) * (inv_new * torch.reciprocal(inv))
+            f = torch.where(ref == -float("inf"), zero, ratio)  # nothing to rescale before the first token
             if pv_accumulation == "fp8_wgmma":
                 pv = fp8_gemm_chain(p_op.double(), v[:, b0:b1].double().transpose(1, 2))
                 o_new = (o_acc.double() * f.double().unsqueeze(-1) + pv).float()  # the fold's FFMA: one rounding
@@ -214,10 +239,13 @@ def decode_dense(
                 o_new = o_acc * f.unsqueeze(-1) + torch.bmm(p_op, v[:, b0:b1])
             l_new = l_acc * f + e.sum(dim=-1) * inv_new
             upd = p_max > 0  # rows with nothing to add keep their state (see the module docstring)
+            if p_ref == "block":  # the floor as a drop rule: p' in the contract's units below P_FLOOR
+                upd = upd & (torch.exp2(x_max - m_new) * p_max >= L.P_FLOOR)
             m, inv = torch.where(upd, m_new, m), torch.where(upd, inv_new, inv)
+            ref = torch.where(upd, ref_new, ref)
             l_acc = torch.where(upd, l_new, l_acc)
             o_acc = torch.where(upd.unsqueeze(-1), o_new, o_acc)
 
     o = torch.where(seen.unsqueeze(-1), o_acc * torch.reciprocal(l_acc).unsqueeze(-1), zero)
-    lse = torch.where(seen, LN2 * (m + torch.log2(l_acc / inv)), torch.tensor(float("inf"), device=dev))
+    lse = torch.where(seen, LN2 * (ref + torch.log2(l_acc / inv)), torch.tensor(float("inf"), device=dev))
     return o, lse
