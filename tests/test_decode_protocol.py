@@ -126,7 +126,8 @@ def test_pair_cluster_pairs_count_from_each_piece():
         ("local_release", [5, 0, 2], "deadlock"),   # the peer never sees the stage freed
         ("local_release", [9], "unbalanced"),       # ... or its releases drift into a later page's phase
         ("pv_skips_kv_full", [5, 0, 2], "read V"),  # the first draft of this protocol
-        ("no_state_wait", [9], "read the state"),
+        ("state_skips_push", [9], "before its push landed"),
+        ("pv_skips_scale_full", [9], "before the state step"),
     ],
 )
 def test_model_finds_pair_cluster_faults(broken, row, found):
