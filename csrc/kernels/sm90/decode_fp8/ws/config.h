@@ -18,8 +18,8 @@ static_assert(NUM_PV_WG == NUM_MATH_WG, "the PV warpgroups take the wide kernel'
 
 // Register split (setmaxnreg; __launch_bounds__(512, 1) gives 128 per thread, a pool of 4 x 128 per thread slot):
 //   PV warpgroups: O^T (128 fp32) + one m-tile accumulator (32) + V^T fragments + fold scales + addresses;
-//   softmax warpgroup: QK chain A of the next block in flight (32) + S of this block (32) + k scales (16) +
-//     row state, masks and addresses;
+//   softmax warpgroup: QK chains A and B of the next block in flight (32 each; B only once S is packed into P)
+//     + S of this block (32) + k scales (16) + row state, masks and addresses;
 //   producer: one TMA thread.
 inline constexpr int WS_LAUNCH_REGS = 128;
 // The split is the same in every build: the kernel has no phase timer (trace/phase.cuh times the wide kernel;
@@ -34,7 +34,8 @@ static_assert(WS_PV_REGS % 8 == 0 && WS_SOFTMAX_REGS % 8 == 0 && WS_PRODUCER_REG
 
 // QK of a block in two chains of fresh accumulators, summed in fp32 (qk_steps.cuh): chain A (content k-steps
 // 0-7) is issued a block ahead, before the softmax of the current block; chain B (content 8-15 and the RoPE
-// k-group) after that softmax's hand-off. Same chains, so the same rounding, as the wide kernel's issue_qk.
+// k-group) once that softmax's P8 is packed, so both run under it (ws/softmax_wg.cuh). Same chains, so the same
+// rounding, as the wide kernel's issue_qk.
 inline constexpr int WS_CHAIN_STEPS = QK_CONTENT_STEPS / 2;  // 8
 
 }  // namespace snapmla::sm90::decode_fp8::ws

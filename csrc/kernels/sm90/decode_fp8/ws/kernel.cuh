@@ -8,12 +8,12 @@
 //
 // Grid (num_m_tiles, num_sm_parts), 512 threads, one CTA per SM, persistent over the pieces of its schedule row.
 // Warpgroups (ws/config.h):
-//   WG0, WG1 (PV, WS_PV_REGS = 184): O^T for dims 256 wg .. + 255; per block: wait the hand-off, 4 m-tiles of
+//   WG0, WG1 (PV, WS_PV_REGS = 192): O^T for dims 256 wg .. + 255; per block: wait the hand-off, 4 m-tiles of
 //     2 RS QGMMA m64n64k32 (A = V^T by ldmatrix.trans, B = P^T), fold in fp32, release the stage (ws/pv_wg.cuh).
 //   WG2 (producer, WS_PRODUCER_REGS = 24): one thread issues the query tile per piece and 3 bulk copies per page
 //     (tma_producer.cuh, as the wide kernel).
-//   WG3 (softmax, WS_SOFTMAX_REGS = 120): per block 16 QGMMA m64n64k32 + 4 HGMMA m64n64k16 in two fp32-summed
-//     chains (chain A of block n + 1 in flight during the softmax of block n), the online softmax, P8, the
+//   WG3 (softmax, WS_SOFTMAX_REGS = 104): per block 16 QGMMA m64n64k32 + 4 HGMMA m64n64k16 in two fp32-summed
+//     chains (both chains of block n + 1 in flight during the softmax of block n), the online softmax, P8, the
 //     hand-off (ws/softmax_wg.cuh).
 // Pipeline: 4 KV stages of one page each (kv_full: TMA bytes; xchg_full: the softmax warpgroup's 128 arrivals
 // once P^T, the fold scales and the state are in the stage's RoPE tile; kv_empty: both PV warpgroups' 256

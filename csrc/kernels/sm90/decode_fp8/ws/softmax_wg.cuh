@@ -4,15 +4,23 @@
 // publish_block, in the stage's RoPE tile; xchg_full). It alone holds the running state (m, inv, L~) of the tile's
 // 64 rows, so no state travels between warpgroups except through that hand-off.
 //
-// Per block n of a piece (the QK of block n + 1 overlaps the softmax of block n):
-//   [chain A of n in flight since the previous iteration]
-//   issue chain B of n (content k-steps 8-15, RoPE) -> wait both -> S = A + B (fp32)
-//   -> wait kv_full(n + 1), issue chain A of n + 1 (content k-steps 0-7), not waited
-//   -> softmax of n (logits, maxima, state, exponentials, P8) -> hand-off of n (P^T, state, fold scales) -> arrive.
-// The piece's first chain A is issued before the loop; its last block issues none (the next piece has another
-// query tile) and releases the query tile instead (q_empty).
-// Registers: chain A (32, in flight) + S (32) + k scales (16) + state, row limits and addresses, within
-// WS_SOFTMAX_REGS = 104 (ws/config.h).
+// QK of a block is two chains of fresh accumulators summed in fp32 (ws/config.h): chain A (content k-steps 0-7)
+// and chain B (content 8-15 and RoPE), each its own commit group. Both chains of block n + 1 run under the
+// softmax of block n, so the softmax warpgroup waits for no QK of its own:
+//   [A(n) in flight since the top of iteration n - 1, B(n) since the end of its softmax]
+//   wait A(n) (B(n) may still run) -> S = A(n) -> wait kv_full(n + 1), issue A(n + 1)
+//   -> wait B(n) (A(n + 1) runs) -> S += B(n)
+//   -> softmax of n (logits, maxima, state, exponentials, P8) -> issue B(n + 1) -> hand-off of n -> arrive.
+// Until 2026-12-04 chain B of n went out at the top of iteration n and was waited for at once: ~670 of ~2870
+// cycles per block (H200 phase trace, docs/design.md) were that chain and its wait.
+// B(n + 1) is issued once P of block n is packed (S dead, 8 words of P live), which is what lets its accumulator
+// fit: S (32) + A in flight (32) + B in flight (32) at once would not (ptxas: 136 registers without spills,
+// against WS_SOFTMAX_REGS = 104).
+// The piece's first block issues both chains before the loop; its last block issues none (the next piece has
+// another query tile) and releases the query tile instead (q_empty). The sum S = A + B is the same fp32 addition
+// as before, so the output stays bit-identical to the wide kernel's.
+// Registers: chains A and B (32 each, in flight) + S (32, dead while B is issued) + k scales (16) + state, row
+// limits and addresses, within WS_SOFTMAX_REGS = 104 (ws/config.h), 0 spills.
 #pragma once
 
 #include <cstdint>
@@ -38,15 +46,18 @@ __device__ __forceinline__ void issue_chain_a(float (&acc_a)[32], const SharedSt
   cute::warpgroup_commit_batch();
 }
 
-// Chain B of the block in stage `stage` (content k-steps 8-15 and the RoPE k-group), then both chains retired
-// and summed: s = acc_a + acc_b.
-__device__ __forceinline__ void finish_qk(float (&s)[32], float (&acc_a)[32], const SharedStorage& ss, int stage) {
-  float acc_b[32];  // not initialised: its first WGMMA has scale-d = 0
+// Chain B of the block in stage `stage` (content k-steps 8-15 and the RoPE k-group) issued as its own commit
+// group, not waited.
+__device__ __forceinline__ void issue_chain_b(float (&acc_b)[32], const SharedStorage& ss, int stage) {
   wgmma_fence_operands(acc_b);
   cute::warpgroup_arrive();
   issue_qk_content_steps<WS_CHAIN_STEPS, WS_CHAIN_STEPS>(acc_b, q_content_desc(ss), k_content_desc(ss, stage));
   issue_qk_rope_steps(acc_b, q_rope_desc(ss), k_rope_desc(ss, stage));
   cute::warpgroup_commit_batch();
+}
+
+// Both chains retired and summed: s = acc_a + acc_b.
+__device__ __forceinline__ void retire_chains(float (&s)[32], float (&acc_a)[32], float (&acc_b)[32]) {
   cute::warpgroup_wait<0>();
   wgmma_fence_operands(acc_a);
   wgmma_fence_operands(acc_b);
@@ -55,15 +66,19 @@ __device__ __forceinline__ void finish_qk(float (&s)[32], float (&acc_a)[32], co
 }
 
 // Softmax, P8 and hand-off of block n (local index j of the piece, stage `stage`): s holds its retired QK, st the
-// state after block n - 1. Runs while chain A of block n + 1 may be in flight, so it has no branch that differs
-// between the warpgroup's threads (ptxas would serialise the WGMMAs, C7518): every warp runs both rows even when
-// they are padding (q_mul 0; whatever they hold stays in their own P^T row and O^T column and is never stored,
-// softmax.cuh), and the token mask is applied by select on every block (n_vis >= 64 keeps every column).
-// ks: the block's k scales of the thread's columns, read before chain A went out (its operand reads take the
-// shared-memory bandwidth while it runs).
+// state after block n - 1. Between P8 and the hand-off's stores `between` runs: the next block's chain B goes out
+// there (S is dead once P is packed, so its accumulator fits).
+// Runs while chains of block n + 1 are in flight, so it has no branch that differs between the warpgroup's
+// threads (ptxas would serialise the WGMMAs, C7518): every warp runs both rows even when they are padding (q_mul
+// 0; whatever they hold stays in their own P^T row and O^T column and is never stored, softmax.cuh), and the
+// token mask is applied by select on every block (n_vis >= 64 keeps every column).
+// ks: the block's k scales of the thread's columns, read before chain A of n + 1 went out (its operand reads take
+// the shared-memory bandwidth while it runs).
+template <typename Between>
 __device__ __forceinline__ void softmax_and_publish(float (&s)[32], const float (&ks)[16], SharedStorage& ss,
                                                     int stage, int blk, const float (&q_mul)[2],
-                                                    const int (&limit)[2], int row0, int t, RowState (&st)[2]) {
+                                                    const int (&limit)[2], int row0, int t, RowState (&st)[2],
+                                                    Between&& between) {
   const int n_vis[2] = {limit[0] - blk * BLOCK_N, limit[1] - blk * BLOCK_N};
   float mx[2];
   float o_scale[2];
@@ -72,6 +87,7 @@ __device__ __forceinline__ void softmax_and_publish(float (&s)[32], const float 
   uint32_t p_blk[8];
   const float inv[2] = {st[0].inv, st[1].inv};
   pack_p(s, inv, p_blk);
+  between();
   publish_block(smem_u32(ss.kv_rope[stage]), p_blk, st, o_scale, row0, t);
   mbarrier_arrive(&ss.xchg_full[stage]);
 }
@@ -97,34 +113,43 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
     tile_rows(p, req, pc.seqlen, warp_q_row0, rpw, lane, q_mul, limit);
     RowState st[2] = {{-INFINITY, 1.f, 0.f}, {-INFINITY, 1.f, 0.f}};
 
-    // Every block but the last: chain A of the next block goes out before this block's softmax.
-    float acc_a[32];
+    // Both chains of the piece's first block go out before the loop; every block but the last issues the next
+    // block's chain A before its softmax and chain B after its P8 (header).
+    float acc_a[32], acc_b[32];
     StageRing<KV_STAGES>::wait_full(ss.kv_full, block_idx);
     issue_chain_a(acc_a, ss, block_idx % KV_STAGES);
+    issue_chain_b(acc_b, ss, block_idx % KV_STAGES);
     const int last = block_idx + n_blocks - 1;
 #pragma unroll 1
     for (int n = block_idx; n < last; ++n) {
       const int stage = n % KV_STAGES;
       float s[32];
-      finish_qk(s, acc_a, ss, stage);
-      float ks[16];
-      load_k_scales(ss.kv_scale[stage], t, ks);
+      // Chain A of n retired (chain B of n may still run): the sum starts, and chain A of n + 1 goes out under
+      // chain B of n (the groups retire in commit order: A(n), B(n), A(n + 1)).
+      cute::warpgroup_wait<1>();
+      wgmma_fence_operands(acc_a);
+#pragma unroll
+      for (int k = 0; k < 32; ++k) s[k] = acc_a[k];
       StageRing<KV_STAGES>::wait_full(ss.kv_full, n + 1);
       issue_chain_a(acc_a, ss, (n + 1) % KV_STAGES);
-      // Orders the softmax after chain A's issue in the PTX. ptxas still interleaves chain A's 8 QGMMAs into
-      // the softmax's first part (one every ~50 instructions, SASS of 2026-12-03): they run under it all the
-      // same, only starting later (docs/design.md,).
+      cute::warpgroup_wait<1>();
+      wgmma_fence_operands(acc_b);
+#pragma unroll
+      for (int k = 0; k < 32; ++k) s[k] = s[k] + acc_b[k];
+      float ks[16];
+      load_k_scales(ss.kv_scale[stage], t, ks);
       wgmma_fence_operands(s);
       wgmma_fence_operands(ks);
-      softmax_and_publish(s, ks, ss, stage, pc.blk_begin + (n - block_idx), q_mul, limit, row0, t, st);
+      softmax_and_publish(s, ks, ss, stage, pc.blk_begin + (n - block_idx), q_mul, limit, row0, t, st,
+                          [&] { issue_chain_b(acc_b, ss, (n + 1) % KV_STAGES); });
     }
     {
       float s[32];
-      finish_qk(s, acc_a, ss, last % KV_STAGES);
+      retire_chains(s, acc_a, acc_b);
       mbarrier_arrive(&ss.q_empty[0]);  // the piece's last QK retired: the producer may load the next tile
       float ks[16];
       load_k_scales(ss.kv_scale[last % KV_STAGES], t, ks);
-      softmax_and_publish(s, ks, ss, last % KV_STAGES, pc.blk_end - 1, q_mul, limit, row0, t, st);
+      softmax_and_publish(s, ks, ss, last % KV_STAGES, pc.blk_end - 1, q_mul, limit, row0, t, st, [] {});
     }
     block_idx += n_blocks;
   }
