@@ -5,17 +5,16 @@
 // 64 rows, so no state travels between warpgroups except through that hand-off.
 //
 // QK of a block is two chains of fresh accumulators summed in fp32 (ws/config.h): chain A (content k-steps 0-7)
-// and chain B (content 8-15 and RoPE), each its own commit group. Both chains of block n + 1 run under the
-// softmax of block n, so the softmax warpgroup waits for no QK of its own:
-//   [A(n) in flight since the top of iteration n - 1, B(n) since the end of its softmax]
-//   wait A(n) (B(n) may still run) -> S = A(n) -> wait kv_full(n + 1), issue A(n + 1)
-//   -> wait B(n) (A(n + 1) runs) -> S += B(n)
-//   -> softmax of n (logits, maxima, state, exponentials, P8) -> issue B(n + 1) -> hand-off of n -> arrive.
-// Until 2026-12-04 chain B of n went out at the top of iteration n and was waited for at once: ~670 of ~2870
-// cycles per block (H200 phase trace, docs/design.md) were that chain and its wait.
-// B(n + 1) is issued once P of block n is packed (S dead, 8 words of P live), which is what lets its accumulator
-// fit: S (32) + A in flight (32) + B in flight (32) at once would not (ptxas: 136 registers without spills,
-// against WS_SOFTMAX_REGS = 104).
+// and chain B (content 8-15 and RoPE), each its own commit group, so that both run under the softmax:
+//   [A(n) in flight since iteration n - 1's start, B(n) since its P8]
+//   wait both -> S = A(n) + B(n) (fp32) -> wait kv_full(n + 1), issue A(n + 1), not waited
+//   -> softmax of n (logits, maxima, state, exponentials, P8) -> issue B(n + 1), not waited
+//   -> hand-off of n (P^T, state, fold scales) -> arrive.
+// B(n + 1) goes out once P of block n is packed (S dead, 8 words of P live): that is what lets its accumulator
+// fit. S (32) + A in flight (32) + B in flight (32) at once needs 136 registers without spills (ptxas), against
+// WS_SOFTMAX_REGS = 104. Until 2026-12-04 chain B of n went out at the top of iteration n and was waited for at
+// once (~670 of ~2870 cycles per block, docs/design.md); side by side on the H200 the change measured 0.99-1.02x:
+// the softmax warpgroup's time was not that chain (docs/design.md section 4).
 // The piece's first block issues both chains before the loop; its last block issues none (the next piece has
 // another query tile) and releases the query tile instead (q_empty). The sum S = A + B is the same fp32 addition
 // as before, so the output stays bit-identical to the wide kernel's.
@@ -124,20 +123,14 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
     for (int n = block_idx; n < last; ++n) {
       const int stage = n % KV_STAGES;
       float s[32];
-      // Chain A of n retired (chain B of n may still run): the sum starts, and chain A of n + 1 goes out under
-      // chain B of n (the groups retire in commit order: A(n), B(n), A(n + 1)).
-      cute::warpgroup_wait<1>();
-      wgmma_fence_operands(acc_a);
-#pragma unroll
-      for (int k = 0; k < 32; ++k) s[k] = acc_a[k];
-      StageRing<KV_STAGES>::wait_full(ss.kv_full, n + 1);
-      issue_chain_a(acc_a, ss, (n + 1) % KV_STAGES);
-      cute::warpgroup_wait<1>();
-      wgmma_fence_operands(acc_b);
-#pragma unroll
-      for (int k = 0; k < 32; ++k) s[k] = s[k] + acc_b[k];
+      // Both chains of n retired before chain A of n + 1 goes out. Issuing A(n + 1) between the waits of A(n)
+      // and B(n) made ptxas serialise every WGMMA of the kernel (C7514: accumulator registers read while a group
+      // was outstanding), 0.81-0.86x (docs/design.md section 5).
+      retire_chains(s, acc_a, acc_b);
       float ks[16];
       load_k_scales(ss.kv_scale[stage], t, ks);
+      StageRing<KV_STAGES>::wait_full(ss.kv_full, n + 1);
+      issue_chain_a(acc_a, ss, (n + 1) % KV_STAGES);
       wgmma_fence_operands(s);
       wgmma_fence_operands(ks);
       softmax_and_publish(s, ks, ss, stage, pc.blk_begin + (n - block_idx), q_mul, limit, row0, t, st,
