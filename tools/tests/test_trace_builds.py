@@ -45,13 +45,14 @@ def _waits(cuobjdump, obj):
 
 @pytest.mark.parametrize("src,flag", [("decode_fp8_e4m3_wide.cu", "SNAPMLA_TRACE_PHASES"),
                                       ("decode_fp8_e4m3_narrow.cu", "SNAPMLA_TRACE_BLOCKS"),
-                                      ("decode_fp8_e4m3_ws.cu", "SNAPMLA_TRACE_CTA")])
+                                      ("decode_fp8_e4m3_ws.cu", "SNAPMLA_TRACE_CTA"),
+                                      ("decode_fp8_e4m3_ws.cu", "SNAPMLA_TRACE_BLOCKS")])
 def test_trace_build_keeps_the_wgmma_pipeline(tmp_path, src, flag):
     cuobjdump = _tools()
     (tmp_path / "trace").mkdir()
     (tmp_path / "plain").mkdir()
     log, obj = _compile(f"{INST}/{src}", [f"-D{flag}"], tmp_path / "trace")
-    for code in ("C7510", "C7519", "C7520"):
+    for code in ("C7510", "C7511", "C7514", "C7518", "C7519", "C7520"):
         assert code not in log, log[-3000:]
     assert "snapmla_trace_print_kernel" in log, "the trace build must print through trace/sink.cuh's kernel"
     if cuobjdump is None:

@@ -1,4 +1,6 @@
 """Who waits for whom, block by block, in a decode launch (GPU; needs a -DSNAPMLA_TRACE_BLOCKS build, trace/block.cuh).
+For the ws kernel (SNAPMLA_DECODE_KERNEL=ws or q_rows >= 64) it prints per-block medians of its softmax and PV
+warpgroups instead (summarize_ws).
 
 Runs tools/trace/trace_cta.py's child per case (five warm-up calls, then traced ones) and reads the first traced
 call's `blocktrace` lines:
@@ -37,6 +39,9 @@ class Cta:
     kernel: str = "?"
     issue: list[int] = dataclasses.field(default_factory=list)  # ns, per block of the walk
     own: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # warpgroup -> [arrival, end, arrival, ...]
+    # ws kernel: role (smx, pv0, pv1) -> two stamps per block of the walk: smx [QK retired, hand-off published],
+    # pv0 / pv1 [hand-off seen, PV done].
+    roles: dict[str, list[int]] = dataclasses.field(default_factory=dict)
 
     def blocks(self):
         """[(n, issue, arrival, end, previous end of the same warpgroup or None)] for the blocks with all stamps."""
@@ -85,8 +90,10 @@ def parse(text: str) -> tuple[dict[tuple[int, int], Cta], int]:
         stamps = [t for first in sorted(parts) for t in parts[first][1]]
         if role == "prod":
             ctas[key].issue = stamps
-        else:
+        elif role.startswith("math"):
             ctas[key].own[int(role[-1])] = stamps
+        else:
+            ctas[key].roles[role] = stamps
     for key in broken:
         del ctas[key]
     return ctas, len(broken)
@@ -97,8 +104,44 @@ def per_block(c: Cta):
     return [(n, a - i, None if prev is None else a - prev, e - a) for n, i, a, e, prev in c.blocks()]
 
 
+def ws_per_block(c: Cta):
+    """The ws kernel's blocks of one CTA: [(n, smx_work, smx_wait or None, pv_work, pv_starve or None, to_pv)] in ns
+    for the blocks with every stamp, where (QK = the block's QK retired, PUB = its hand-off published, IN / OUT =
+    PV warpgroup 0 saw the hand-off / finished the block):
+      smx_work   PUB(n) - QK(n): the softmax warpgroup's k scales, wait for the next page, next chain A, softmax,
+                 P8, next chain B and hand-off
+      smx_wait   QK(n) - PUB(n-1): what the softmax warpgroup waited for block n's QK to retire
+      pv_work    OUT(n) - IN(n): PV warpgroup 0's PV and fold of the block
+      pv_starve  IN(n) - OUT(n-1): what it waited for the hand-off
+      to_pv      IN(n) - PUB(n): from the hand-off to PV warpgroup 0 seeing it"""
+    smx, pv = c.roles.get("smx", []), c.roles.get("pv0", [])
+    out = []
+    for n in range(min(len(smx), len(pv)) // 2):
+        qk, pub, i, o = smx[2 * n], smx[2 * n + 1], pv[2 * n], pv[2 * n + 1]
+        wait = qk - smx[2 * n - 1] if n else None
+        starve = i - pv[2 * n - 1] if n else None
+        out.append((n, pub - qk, wait, o - i, starve, i - pub))
+    return out
+
+
+def summarize_ws(name: str, ctas: dict[tuple[int, int], Cta], dropped: int) -> None:
+    busy = [c for c in ctas.values() if ws_per_block(c)]
+    rows = [r for c in busy for r in ws_per_block(c)]
+    med = lambda k: statistics.median(v) / 1e3 if (v := [r[k] for r in rows if r[k] is not None]) else float("nan")  # noqa: E731
+    print(f"== {name} (ws kernel, {len(busy)} CTAs with traced blocks"
+          + (f", {dropped} dropped: lines lost" if dropped else "") + ")")
+    print(f"  median per block: softmax work {med(1):.2f}  softmax wait {med(2):.2f}  PV work {med(3):.2f}  "
+          f"PV starve {med(4):.2f}  hand-off to PV {med(5):.2f} us")
+    period = [c.roles["smx"][2 * n + 1] - c.roles["smx"][2 * n - 1] for c in busy for n in range(1, len(c.roles["smx"]) // 2)]
+    if period:
+        print(f"  median block period (hand-off to hand-off): {statistics.median(period) / 1e3:.2f} us")
+
+
 def summarize(name: str, text: str, top: int = 3) -> None:
     ctas, dropped = parse(text)
+    if any(c.roles for c in ctas.values()):
+        summarize_ws(name, ctas, dropped)
+        return
     busy = [c for c in ctas.values() if c.blocks()]
     if not busy:
         print(f"{name}: no blocktrace lines (build with -DSNAPMLA_TRACE_BLOCKS)")

@@ -24,7 +24,7 @@ namespace snapmla::sm90::decode_fp8 {
 
 enum TraceKind : int { TRACE_PHASE_LINE = 0, TRACE_CTA_LINE = 1, TRACE_BLOCK_LINE = 2 };
 enum TraceName : int { TRACE_WIDE = 0, TRACE_NARROW = 1, TRACE_ANY = 2, TRACE_PROD = 3, TRACE_MATH0 = 4,
-                       TRACE_MATH1 = 5 };
+                       TRACE_MATH1 = 5, TRACE_WS = 6, TRACE_SMX = 7, TRACE_PV0 = 8, TRACE_PV1 = 9 };
 
 struct TraceLine {
   int kind;    // TraceKind
@@ -56,12 +56,14 @@ __device__ __forceinline__ TraceLine* trace_line(int kind) {
   return l;
 }
 
-// The tracers' call sites name kernels and roles by string ("wide", "narrow", "any"; "prod", "math0", "math1").
+// The tracers' call sites name kernels and roles by string ("wide", "narrow", "ws", "any"; "prod", "math0",
+// "math1", "smx", "pv0", "pv1").
 __device__ __forceinline__ int trace_name_id(const char* s) {
-  if (s[0] == 'w') return TRACE_WIDE;
+  if (s[0] == 'w') return s[1] == 's' ? TRACE_WS : TRACE_WIDE;
   if (s[0] == 'n') return TRACE_NARROW;
   if (s[0] == 'a') return TRACE_ANY;
-  if (s[0] == 'p') return TRACE_PROD;
+  if (s[0] == 's') return TRACE_SMX;
+  if (s[0] == 'p') return s[1] == 'r' ? TRACE_PROD : (s[2] == '0' ? TRACE_PV0 : TRACE_PV1);
   return s[4] == '0' ? TRACE_MATH0 : TRACE_MATH1;
 }
 
@@ -72,6 +74,10 @@ __device__ __forceinline__ const char* trace_name(int n) {
     case TRACE_ANY: return "any";
     case TRACE_PROD: return "prod";
     case TRACE_MATH0: return "math0";
+    case TRACE_WS: return "ws";
+    case TRACE_SMX: return "smx";
+    case TRACE_PV0: return "pv0";
+    case TRACE_PV1: return "pv1";
     default: return "math1";
   }
 }

@@ -17,6 +17,7 @@
 #include "kernels/sm90/decode_fp8/shared/schedule.cuh"
 #include "kernels/sm90/decode_fp8/shared/traits.h"
 #include "kernels/sm90/decode_fp8/ws/config.h"
+#include "kernels/sm90/decode_fp8/trace/hook.cuh"
 
 namespace snapmla::sm90::decode_fp8::ws {
 
@@ -24,6 +25,8 @@ __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const Sched
   const DecodeParams& p = kp.p;
   const auto [warp, lane, t, row0] = math_thread();
 
+  // -DSNAPMLA_TRACE_BLOCKS only (trace/block.cuh): per block, when its hand-off arrived and when its PV is done.
+  BlockTrace bt(threadIdx.x % WG_THREADS == 0);
   int block_idx = 0;  // running index of the piece's first block
   int piece = 0;
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
@@ -39,8 +42,10 @@ __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const Sched
     for (int j = 0; j < n_blocks; ++j) {
       const int n = block_idx + j;
       StageRing<KV_STAGES>::wait_full(ss.xchg_full, n);
+      bt.mark();
       // The piece's last stage stays held: its hand-off has the state the epilogue needs.
       pv_after_handoff<true>(o, ss, n, pv, warp, lane, pc.seqlen - (pc.blk_begin + j) * BLOCK_N, j + 1 < n_blocks);
+      bt.mark();
     }
     // The state after the piece's last block, read by the epilogue's quad leads from that block's hand-off (an
     // empty piece stores o = 0, lse = +inf); then the stage, held until here, is released.
@@ -55,6 +60,7 @@ __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const Sched
     if (n_blocks > 0) release_stage(&ss.kv_empty[last % KV_STAGES]);
     block_idx += n_blocks;
   }
+  bt.print("ws", pv == 0 ? "pv0" : "pv1");
 }
 
 }  // namespace snapmla::sm90::decode_fp8::ws

@@ -33,6 +33,7 @@
 #include "kernels/sm90/decode_fp8/shared/schedule.cuh"
 #include "kernels/sm90/decode_fp8/shared/softmax.cuh"
 #include "kernels/sm90/decode_fp8/shared/traits.h"
+#include "kernels/sm90/decode_fp8/trace/hook.cuh"
 #include "kernels/sm90/decode_fp8/ws/config.h"
 
 namespace snapmla::sm90::decode_fp8::ws {
@@ -97,6 +98,8 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
   const int rpw = rows_per_warp(p.q_rows);  // launch.h
   const int warp_q_row0 = warp_first_q_row(blockIdx.x, warp, rpw);
 
+  // -DSNAPMLA_TRACE_BLOCKS only (trace/block.cuh): per block, when its QK retired and when its hand-off is out.
+  BlockTrace bt(threadIdx.x % WG_THREADS == 0);
   int block_idx = 0;  // running index of the piece's first block (all roles count the same blocks)
   int piece = 0;
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
@@ -127,6 +130,7 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
       // and B(n) made ptxas serialise every WGMMA of the kernel (C7514: accumulator registers read while a group
       // was outstanding), 0.81-0.86x (docs/design.md section 5).
       retire_chains(s, acc_a, acc_b);
+      bt.mark();
       float ks[16];
       load_k_scales(ss.kv_scale[stage], t, ks);
       StageRing<KV_STAGES>::wait_full(ss.kv_full, n + 1);
@@ -135,17 +139,21 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
       wgmma_fence_operands(ks);
       softmax_and_publish(s, ks, ss, stage, pc.blk_begin + (n - block_idx), q_mul, limit, row0, t, st,
                           [&] { issue_chain_b(acc_b, ss, (n + 1) % KV_STAGES); });
+      bt.mark();
     }
     {
       float s[32];
       retire_chains(s, acc_a, acc_b);
+      bt.mark();
       mbarrier_arrive(&ss.q_empty[0]);  // the piece's last QK retired: the producer may load the next tile
       float ks[16];
       load_k_scales(ss.kv_scale[last % KV_STAGES], t, ks);
       softmax_and_publish(s, ks, ss, last % KV_STAGES, pc.blk_end - 1, q_mul, limit, row0, t, st, [] {});
+      bt.mark();
     }
     block_idx += n_blocks;
   }
+  bt.print("ws", "smx");
 }
 
 }  // namespace snapmla::sm90::decode_fp8::ws
