@@ -14,7 +14,7 @@
 // fit. S (32) + A in flight (32) + B in flight (32) at once needs 136 registers without spills (ptxas), against
 // WS_SOFTMAX_REGS = 104. Until 2026-12-04 chain B of n went out at the top of iteration n and was waited for at
 // once (~670 of ~2870 cycles per block, docs/design.md); side by side on the H200 the change measured 0.99-1.02x:
-// the softmax warpgroup's time was not that chain (docs/design.md section 4).
+// the softmax warpgroup's time was not that chain (docs/design.md, the ws kernel).
 // The piece's first block issues both chains before the loop; its last block issues none (the next piece has
 // another query tile) and releases the query tile instead (q_empty). The sum S = A + B is the same fp32 addition
 // as before, so the output stays bit-identical to the wide kernel's.
