@@ -7,7 +7,8 @@ decode + combine, with the scheduler metadata computed once per step, as an engi
 how close to the roofline does it run? The peers (bench/peers.py) run in the same process, in alternating rounds
 with ours, each on its own cache, when they are importable. One line per case:
   us | equivalent TFLOPS = 2 b s_q h_q (576 + 512) mean(seqlen) / t (FlashMLA's formula) | KV GB/s at 644 B per
-  token | % of roofline | speedup over FlashMLA BF16, then over each other peer
+  token | % of roofline | speedup over FlashMLA BF16, then over each other peer | [q pre-quantized: our call
+  with q quantized before it, as vLLM's FP8 kernel is timed, and that peer over it]
 Roofline time = max(KV bytes / copy ceiling measured in this run, FP8 FLOPs / 1258 TFLOP/s + BF16 RoPE FLOPs /
 679 TFLOP/s) (the measured matmul ceilings of docs/anchors.md). The baseline is FlashMLA run in the same process
 when `flash_mla` is importable ("measured"), else the time from docs/anchors.md ("anchor"; none for some shapes).
@@ -213,6 +214,14 @@ def run_case(case: Case, peers: list, ceiling_gbps: float, H, pdl_ab: bool = Fal
         for kernel in ("narrow", "wide"):
             with forced_decode_kernel(kernel):
                 forced[kernel] = H.time_cold(timing_call(fn, H, graphs)[0])
+    # The same call with q already quantized (quantize_q once, outside the timed call), as vLLM's FP8 kernel is
+    # timed (its q is quantized before its call): the like-for-like time against it, and (us - this) is what
+    # Fused-Q-Quant costs inside our call. Neighbouring timing, not in the alternating rounds.
+    from snapmla_ext.quant_ops import quantize_q
+
+    qq = quantize_q(q)
+    fn_pre = lambda: flash_mla_with_kvcache(qq, cache, block_table, seqlens, L.D_CONTENT, meta, splits)  # noqa: E731
+    prequant_us = H.time_cold(timing_call(fn_pre, H, graphs)[0])
     # --pdl-ab: the same call with plain launches (SNAPMLA_PDL=0) and with PDL (SNAPMLA_PDL=1; common/pdl.h),
     # neighbouring timings of one process.
     plain_us = pdl_us = None
@@ -262,6 +271,8 @@ def run_case(case: Case, peers: list, ceiling_gbps: float, H, pdl_ab: bool = Fal
         ours_rounds_nvml=ours_nvml, baseline_rounds_nvml=fm["rounds_nvml"] if fm else None,
         timing=ours_mode, peers=peer_params or None, best_bf16_peer=best_bf16,
         speedup_vs_best_bf16=bf16[best_bf16]["speedup"] if best_bf16 else None,
+        prequant_q_us=prequant_us,
+        vllm_fp8_vs_prequant=(peer_params["vllm_fp8"]["us"] / prequant_us) if "vllm_fp8" in peer_params else None,
     )
     q_bytes = rows * L.D_QK * 2
     out_bytes = rows * (L.D_CONTENT * 2 + 4)
@@ -290,6 +301,9 @@ def print_line(r) -> None:
             f"narrow {p['narrow_vs_wide']:.2f}x]" if p.get("wide_kernel_us") else "")
     pdl = (f"  [plain launch {p['plain_launch_us']:.1f} us, PDL {p['pdl_launch_us']:.1f} us, {p['pdl_speedup']:.3f}x]"
            if p.get("plain_launch_us") else "")
+    if p.get("prequant_q_us"):
+        vs = f", vLLM FP8 {p['vllm_fp8_vs_prequant']:.2f}x" if p.get("vllm_fp8_vs_prequant") else ""
+        pdl += f"  [q pre-quantized: {p['prequant_q_us']:.1f} us{vs}]"
     # Rounds, when there is more than one (ours, and FlashMLA's when measured), each with the SM clock: NVML's
     # median during the round where it was sampled (with its clock-event reasons other than idle), else the
     # clock after the round.

@@ -85,3 +85,12 @@ def test_sides_that_ran_eager_are_named(bench, capsys):
     assert "[eager: FA3 BF16]" in capsys.readouterr().out
     bench.print_line(_result(peers=None, timing="eager"))
     assert "[eager: ours]" in capsys.readouterr().out
+
+
+def test_prequantized_q_time_and_the_fp8_peer_ratio(bench, capsys):
+    """Ours with q quantized before the call (as vLLM's FP8 kernel is timed), and that peer over it."""
+    bench.print_line(_result(prequant_q_us=91.5, vllm_fp8_vs_prequant=1.04))
+    bench.print_line(_result(prequant_q_us=91.5))
+    out = capsys.readouterr().out.splitlines()
+    assert "[q pre-quantized: 91.5 us, vLLM FP8 1.04x]" in out[0], out[0]
+    assert "[q pre-quantized: 91.5 us]" in out[1], out[1]
