@@ -127,12 +127,16 @@ def ws_per_block(c: Cta):
 def summarize_ws(name: str, ctas: dict[tuple[int, int], Cta], dropped: int) -> None:
     busy = [c for c in ctas.values() if ws_per_block(c)]
     rows = [r for c in busy for r in ws_per_block(c)]
-    med = lambda k: statistics.median(v) / 1e3 if (v := [r[k] for r in rows if r[k] is not None]) else float("nan")  # noqa: E731
+    def med(k: int) -> float:
+        v = [r[k] for r in rows if r[k] is not None]
+        return statistics.median(v) / 1e3 if v else float("nan")
+
     print(f"== {name} (ws kernel, {len(busy)} CTAs with traced blocks"
           + (f", {dropped} dropped: lines lost" if dropped else "") + ")")
     print(f"  median per block: softmax work {med(1):.2f}  softmax wait {med(2):.2f}  PV work {med(3):.2f}  "
           f"PV starve {med(4):.2f}  hand-off to PV {med(5):.2f} us")
-    period = [c.roles["smx"][2 * n + 1] - c.roles["smx"][2 * n - 1] for c in busy for n in range(1, len(c.roles["smx"]) // 2)]
+    period = [c.roles["smx"][2 * n + 1] - c.roles["smx"][2 * n - 1]
+              for c in busy for n in range(1, len(c.roles["smx"]) // 2)]
     if period:
         print(f"  median block period (hand-off to hand-off): {statistics.median(period) / 1e3:.2f} us")
 

@@ -3,16 +3,17 @@
 // (measured: one CTA per b64 h_q 16 16k call runs its second piece at half the block
 // rate), who waits for whom, block by block: the producer for a free stage (the math is slow), the math for the
 // page (memory or the producer's page ids are slow), or neither.
-// The tracing threads of a CTA: the producer's lane 0 stamps each block before its TMA (after the kv_empty
-// wait); in the wide kernel thread 0 of each math warpgroup stamps each of its own blocks when the kv_full wait
-// returns and when the block is done (after its PV); in the ws kernel thread 0 of the softmax warpgroup stamps
-// each block when its QK retired and when its hand-off is published (role smx), thread 0 of each PV warpgroup
-// when the hand-off arrived and when its PV is done (pv0, pv1). Stamps are kept in local memory, up to BLOCK_TRACE_STAMPS per thread (the first
-// 128 blocks of the walk; ~24 lines per CTA, so the printf FIFO must exceed its 1 MB default at 264 CTAs:
+// The printed stamps of a CTA: the producer's lane 0 stamps each block before its TMA (after the kv_empty wait);
+// in the wide kernel thread 0 of each math warpgroup stamps each of its own blocks when the kv_full wait returns
+// and when the block is done (after its PV); in the ws kernel thread 0 of the softmax warpgroup stamps each block
+// when its QK retired and when its hand-off is published (role smx), thread 0 of each PV warpgroup when the
+// hand-off arrived and when its PV is done (pv0, pv1). (The other threads of a role stamp too, unprinted: see
+// mark.) Stamps are kept in local memory, up to BLOCK_TRACE_STAMPS per thread (the first 128 blocks of the walk; ~24 lines per CTA, so the printf FIFO must exceed its 1 MB default at 264 CTAs:
 // tools/trace/trace_cta.py's child raises it to 64 MB), and handed to trace/sink.cuh at the end, which prints
 // them after the kernel as lines of 16:
 //   blocktrace <kernel> <blockIdx.x> <blockIdx.y> <sm> <role> <base_ns> <first index> <d_0> ... <d_15>
-// (<role>: prod, math0, math1, smx, pv0, pv1; d_i = stamp - base_ns, 0xffffffff unused). tools/trace/trace_blocks.py reads them.
+// (<role>: prod, math0, math1, smx, pv0, pv1; d_i = stamp - base_ns, 0xffffffff unused).
+// tools/trace/trace_blocks.py reads them.
 // The default build compiles the tracer to nothing (tests/test_sass.py checks the kernels read no clock).
 #pragma once
 

@@ -16,8 +16,8 @@
 #include "kernels/sm90/decode_fp8/shared/exchange.cuh"
 #include "kernels/sm90/decode_fp8/shared/schedule.cuh"
 #include "kernels/sm90/decode_fp8/shared/traits.h"
-#include "kernels/sm90/decode_fp8/ws/config.h"
 #include "kernels/sm90/decode_fp8/trace/hook.cuh"
+#include "kernels/sm90/decode_fp8/ws/config.h"
 
 namespace snapmla::sm90::decode_fp8::ws {
 
