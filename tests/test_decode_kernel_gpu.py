@@ -27,6 +27,7 @@ CASES = [
     ("partial_block_h64", 1, 1, 64, [1000], False, None),
     ("two_m_tiles_h128", 2, 1, 128, [300, 129], False, None),
     ("causal_sq4_h16", 2, 4, 16, [256, 200], True, None),
+    ("causal_sq4_masked_tail_h32", 2, 4, 32, [129, 4097], True, None),
     ("split_h16", 2, 1, 16, [4096, 3000], False, 40),
     ("empty_and_short_h32", 3, 1, 32, [0, 5, 640], False, None),
     ("many_pieces_per_cta_h16", 40, 1, 16, [130] * 40, False, 4),
@@ -121,6 +122,10 @@ WS_WIDE_CASES = [
     (3, 5, 16, [4000, 300, 70], True, 40),
     (2, 1, 17, [2500, 63], False, None),
     (3, 3, 32, [6000, 2, 190], True, 11),
+    # Causal rows whose shortest visible length ends a block before the request's last one (129 - 3 = 126,
+    # 4097 - 3 = 4094 tokens): the ws softmax's masked loop runs a block that is not the piece's last.
+    (2, 4, 32, [129, 4097], True, None),
+    (2, 3, 64, [4097, 191], True, 17),
 ]
 
 

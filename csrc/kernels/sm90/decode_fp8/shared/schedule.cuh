@@ -44,6 +44,14 @@ __device__ __forceinline__ int row_visible_tokens(const DecodeParams& p, int seq
   return p.causal && valid ? seqlen - p.s_q + q_row / p.h_q + 1 : seqlen;
 }
 
+// Leading blocks of a request that every query row sees whole: the blocks below the shortest row's visible length
+// (causal: query token 0 sees seqlen - s_q + 1 tokens). The same for all threads of a CTA (it reads no row), so a
+// loop bound from it is uniform: the ws kernel runs these blocks without the mask's selects.
+__device__ __forceinline__ int whole_blocks(const DecodeParams& p, int seqlen) {
+  const int shortest = p.causal ? seqlen - p.s_q + 1 : seqlen;
+  return shortest > 0 ? shortest / BLOCK_N : 0;
+}
+
 // The two rows of a math thread in a 64-row tile (the decode kernels with 64-row tiles, wide and ws): rows
 // lane / 4 and lane / 4 + 8 of its warp's slab, which starts at query row warp_q_row0 and holds rpw rows
 // (launch.h rows_per_warp). q_mul and limit as above; a padding row gets q_mul 0 and sees every token.

@@ -6,18 +6,21 @@
 //
 // QK of a block is two chains of fresh accumulators summed in fp32 (ws/config.h): chain A (content k-steps 0-7)
 // and chain B (content 8-15 and RoPE), each its own commit group, so that both run under the softmax:
-//   [A(n) in flight since iteration n - 1's start, B(n) since its P8]
-//   wait both -> S = A(n) + B(n) (fp32) -> wait kv_full(n + 1), issue A(n + 1), not waited
-//   -> softmax of n (logits, maxima, state, exponentials, P8) -> issue B(n + 1), not waited
-//   -> hand-off of n (P^T, state, fold scales) -> arrive.
-// B(n + 1) goes out once P of block n is packed (S dead, 8 words of P live): that is what lets its accumulator
-// fit. S (32) + A in flight (32) + B in flight (32) at once needs 136 registers without spills (ptxas), against
-// WS_SOFTMAX_REGS = 104. Until 2026-12-04 chain B of n went out at the top of iteration n and was waited for at
-// once (~670 of ~2870 cycles per block, docs/design.md); side by side on the H200 the change measured 0.99-1.02x:
-// the softmax warpgroup's time was not that chain (docs/design.md, the ws kernel).
-// The piece's first block issues both chains before the loop; its last block issues none (the next piece has
+//   [A(n) and B(n) in flight since iteration n - 1]
+//   wait both -> S = A(n) + B(n) (fp32) -> logits and row maxima of n
+//   -> wait kv_full(n + 1), issue A(n + 1), not waited -> exponentials, state and P8 of n
+//   -> store the hand-off of n (P^T, state, fold scales) -> issue B(n + 1), not waited -> fence, arrive.
+// B(n + 1) goes out once P of block n is packed (S dead): that is what lets its accumulator fit. S (32) + A in
+// flight (32) + B in flight (32) at once needs 136 registers without spills (ptxas), against WS_SOFTMAX_REGS = 104.
+// The page wait after the logits lets a late page n + 1 delay only what follows them; the stores before B's issue
+// let their latency pass under it before the fence (ncu: the wait for page n + 1 and the fence were 7 % each of
+// the softmax warpgroup's samples, docs/design.md, the ws kernel).
+// Blocks that every query row sees whole run in a loop without the mask's selects (whole_blocks, schedule.cuh),
+// the rest in a second, masked loop: a loop bound is the same for all threads, a branch inside the loop could not
+// be (C7518, below), and the selects were 133 of 698 instructions per block.
+// The piece's first block issues both chains before the loops; its last block issues none (the next piece has
 // another query tile) and releases the query tile instead (q_empty). The sum S = A + B is the same fp32 addition
-// as before, so the output stays bit-identical to the wide kernel's.
+// as the wide kernel's, and the unmasked softmax the same arithmetic, so the output is bit-identical to it.
 // Registers: chains A and B (32 each, in flight) + S (32, dead while B is issued) + k scales (16) + state, row
 // limits and addresses, within WS_SOFTMAX_REGS = 104 (ws/config.h), 0 spills.
 #pragma once
@@ -66,30 +69,66 @@ __device__ __forceinline__ void retire_chains(float (&s)[32], float (&acc_a)[32]
 }
 
 // Softmax, P8 and hand-off of block n (local index j of the piece, stage `stage`): s holds its retired QK, st the
-// state after block n - 1. Between P8 and the hand-off's stores `between` runs: the next block's chain B goes out
-// there (S is dead once P is packed, so its accumulator fits).
+// state after block n - 1. after_logits runs once the block's row maxima are known (the next block's page wait and
+// chain A go out there), after_stores once P^T and the state are stored, before their fence (the next block's
+// chain B: S is dead once P is packed, so its accumulator fits, and its issue hides the stores' latency).
+// MASKED = false for blocks every row sees whole (no selects).
 // Runs while chains of block n + 1 are in flight, so it has no branch that differs between the warpgroup's
 // threads (ptxas would serialise the WGMMAs, C7518): every warp runs both rows even when they are padding (q_mul
-// 0; whatever they hold stays in their own P^T row and O^T column and is never stored, softmax.cuh), and the
-// token mask is applied by select on every block (n_vis >= 64 keeps every column).
+// 0; whatever they hold stays in their own P^T row and O^T column and is never stored, softmax.cuh).
 // ks: the block's k scales of the thread's columns, read before chain A of n + 1 went out (its operand reads take
 // the shared-memory bandwidth while it runs).
-template <typename Between>
+template <bool MASKED, typename AfterLogits, typename AfterStores>
 __device__ __forceinline__ void softmax_and_publish(float (&s)[32], const float (&ks)[16], SharedStorage& ss,
                                                     int stage, int blk, const float (&q_mul)[2],
                                                     const int (&limit)[2], int row0, int t, RowState (&st)[2],
-                                                    Between&& between) {
+                                                    AfterLogits&& after_logits, AfterStores&& after_stores) {
   const int n_vis[2] = {limit[0] - blk * BLOCK_N, limit[1] - blk * BLOCK_N};
   float mx[2];
   float o_scale[2];
-  softmax_logits_ks<true>(s, ks, q_mul, n_vis, t, mx);
-  softmax_probs_ks<true>(s, ks, mx, n_vis, t, st, o_scale);
+  softmax_logits_ks<MASKED>(s, ks, q_mul, n_vis, t, mx);
+  after_logits();
+  softmax_probs_ks<MASKED>(s, ks, mx, n_vis, t, st, o_scale);
   uint32_t p_blk[8];
   const float inv[2] = {st[0].inv, st[1].inv};
   pack_p(s, inv, p_blk);
-  between();
-  publish_block(smem_u32(ss.kv_rope[stage]), p_blk, st, o_scale, row0, t);
+  const uint32_t tile = smem_u32(ss.kv_rope[stage]);
+  publish_pt(tile, p_blk, row0, t);
+  publish_state(tile, st, o_scale, row0, t);
+  after_stores();
+  fence_proxy_async_smem();
   mbarrier_arrive(&ss.xchg_full[stage]);
+}
+
+// Blocks n in [first, end) of the piece that starts at block index n0 (piece block pc.blk_begin), none of them
+// the piece's last: each issues the next block's chains (header). acc_a / acc_b hold chains of block `first` in
+// flight on entry and of block `end` on return.
+template <bool MASKED>
+__device__ __forceinline__ void softmax_blocks(float (&acc_a)[32], float (&acc_b)[32], SharedStorage& ss, int first,
+                                               int end, int n0, const Piece& pc, const float (&q_mul)[2],
+                                               const int (&limit)[2], int row0, int t, RowState (&st)[2],
+                                               BlockTrace& bt) {
+#pragma unroll 1
+  for (int n = first; n < end; ++n) {
+    const int stage = n % KV_STAGES;
+    float s[32];
+    // Both chains of n retired before chain A of n + 1 goes out. Issuing A(n + 1) between the waits of A(n)
+    // and B(n) made ptxas serialise every WGMMA of the kernel (C7514: accumulator registers read while a group
+    // was outstanding), 0.81-0.86x (docs/design.md section 5).
+    retire_chains(s, acc_a, acc_b);
+    bt.mark();
+    float ks[16];
+    load_k_scales(ss.kv_scale[stage], t, ks);
+    auto issue_a = [&] {
+      StageRing<KV_STAGES>::wait_full(ss.kv_full, n + 1);
+      issue_chain_a(acc_a, ss, (n + 1) % KV_STAGES);
+    };
+    wgmma_fence_operands(s);
+    wgmma_fence_operands(ks);
+    softmax_and_publish<MASKED>(s, ks, ss, stage, pc.blk_begin + (n - n0), q_mul, limit, row0, t, st, issue_a,
+                                [&] { issue_chain_b(acc_b, ss, (n + 1) % KV_STAGES); });
+    bt.mark();
+  }
 }
 
 __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const SchedRow& row) {
@@ -115,32 +154,18 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
     tile_rows(p, req, pc.seqlen, warp_q_row0, rpw, lane, q_mul, limit);
     RowState st[2] = {{-INFINITY, 1.f, 0.f}, {-INFINITY, 1.f, 0.f}};
 
-    // Both chains of the piece's first block go out before the loop; every block but the last issues the next
-    // block's chain A before its softmax and chain B after its P8 (header).
+    // Both chains of the piece's first block go out before the loops; every block but the last issues the next
+    // block's chain A after its logits and chain B after its hand-off's stores (header). The piece's blocks below
+    // whole_blocks run without the mask's selects, the others (the request's last one or two when s_q <= 65) with
+    // them; the last block is always masked and runs after the loops.
     float acc_a[32], acc_b[32];
     StageRing<KV_STAGES>::wait_full(ss.kv_full, block_idx);
     issue_chain_a(acc_a, ss, block_idx % KV_STAGES);
     issue_chain_b(acc_b, ss, block_idx % KV_STAGES);
     const int last = block_idx + n_blocks - 1;
-#pragma unroll 1
-    for (int n = block_idx; n < last; ++n) {
-      const int stage = n % KV_STAGES;
-      float s[32];
-      // Both chains of n retired before chain A of n + 1 goes out. Issuing A(n + 1) between the waits of A(n)
-      // and B(n) made ptxas serialise every WGMMA of the kernel (C7514: accumulator registers read while a group
-      // was outstanding), 0.81-0.86x (docs/design.md section 5).
-      retire_chains(s, acc_a, acc_b);
-      bt.mark();
-      float ks[16];
-      load_k_scales(ss.kv_scale[stage], t, ks);
-      StageRing<KV_STAGES>::wait_full(ss.kv_full, n + 1);
-      issue_chain_a(acc_a, ss, (n + 1) % KV_STAGES);
-      wgmma_fence_operands(s);
-      wgmma_fence_operands(ks);
-      softmax_and_publish(s, ks, ss, stage, pc.blk_begin + (n - block_idx), q_mul, limit, row0, t, st,
-                          [&] { issue_chain_b(acc_b, ss, (n + 1) % KV_STAGES); });
-      bt.mark();
-    }
+    const int whole_end = block_idx + min(max(whole_blocks(p, pc.seqlen) - pc.blk_begin, 0), n_blocks - 1);
+    softmax_blocks<false>(acc_a, acc_b, ss, block_idx, whole_end, block_idx, pc, q_mul, limit, row0, t, st, bt);
+    softmax_blocks<true>(acc_a, acc_b, ss, whole_end, last, block_idx, pc, q_mul, limit, row0, t, st, bt);
     {
       float s[32];
       retire_chains(s, acc_a, acc_b);
@@ -148,7 +173,8 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
       mbarrier_arrive(&ss.q_empty[0]);  // the piece's last QK retired: the producer may load the next tile
       float ks[16];
       load_k_scales(ss.kv_scale[last % KV_STAGES], t, ks);
-      softmax_and_publish(s, ks, ss, last % KV_STAGES, pc.blk_end - 1, q_mul, limit, row0, t, st, [] {});
+      softmax_and_publish<true>(s, ks, ss, last % KV_STAGES, pc.blk_end - 1, q_mul, limit, row0, t, st, [] {},
+                                [] {});
       bt.mark();
     }
     block_idx += n_blocks;
