@@ -26,6 +26,9 @@ CASES = [  # (b, s_q, h_q, seqlens, causal, num_sm_parts, forced decode kernel)
     (3, 1, 16, [130, 0, 64], False, None, "narrow"),
     (2, 2, 64, [65, 200], True, 8, "auto"),  # q_rows >= 64: the warp-specialised kernel (kernel_choice.h WS_MIN_Q_ROWS)
     (1, 1, 128, [257], False, 3, "auto"),
+    # The ws kernel's masked block loop on a block that is not the piece's last (causal s_q 3: the shortest row sees
+    # 127 of 129 tokens, so block 1 runs masked with block 2's QK in flight), 3 m-tiles.
+    (1, 3, 64, [129], True, None, "auto"),
     # The narrow kernel (q_rows <= 16), causal, forced split, both warpgroups. Forced, so that the case stays on
     # it whatever the automatic choice (kernel_choice.h).
     (3, 2, 8, [200, 1, 0], True, 4, "narrow"),
