@@ -69,6 +69,11 @@ def flashmla_peer(flash_mla) -> Peer:
     return Peer("flashmla_bf16", "FlashMLA BF16", "bf16", prepare, "get_mla_metadata once per case")
 
 
+def _first_out(ret) -> torch.Tensor:
+    """out of a call that returns out alone or (out, lse, ...)."""
+    return ret[0] if isinstance(ret, (tuple, list)) else ret
+
+
 def fa3_mla_call(flash_attn_with_kvcache, q: torch.Tensor, cache: torch.Tensor, block_table: torch.Tensor,
                  seqlens: torch.Tensor, softmax_scale: float, causal: bool, scheduler_metadata=None) -> torch.Tensor:
     """FlashAttention-3's MLA path as vLLM's FLASH_ATTN_MLA backend calls it, on a BF16 MLA cache.
@@ -80,7 +85,7 @@ def fa3_mla_call(flash_attn_with_kvcache, q: torch.Tensor, cache: torch.Tensor, 
                                   v_cache=cache[..., : L.D_CONTENT], qv=q[..., : L.D_CONTENT], cache_seqlens=seqlens,
                                   page_table=block_table, softmax_scale=softmax_scale, causal=causal,
                                   scheduler_metadata=scheduler_metadata)
-    return out[0] if isinstance(out, (tuple, list)) else out
+    return _first_out(out)
 
 
 def fa3_peer(flash_attn_with_kvcache, get_scheduler_metadata: Optional[Callable]) -> Peer:
@@ -129,10 +134,6 @@ def _probe_inputs(h_q: int = 16) -> PeerInputs:
     return PeerInputs(q=torch.randn(1, 1, h_q, L.D_QK, device="cuda", dtype=torch.bfloat16),
                       block_table=torch.tensor([[0, 1]], dtype=torch.int32, device="cuda"),
                       seqlens=seqlens_cpu.cuda(), seqlens_cpu=seqlens_cpu, num_blocks=2)
-
-
-def _first_out(ret) -> torch.Tensor:
-    return ret[0] if isinstance(ret, (tuple, list)) else ret
 
 
 def _tried(peer: Peer) -> Optional[str]:

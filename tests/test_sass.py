@@ -122,32 +122,14 @@ def test_ws_decode_kernel_shows_its_design(sass_by_function):
     assert len(re.findall(r"USETMAXREG", sass)) == 3, "the PV, softmax and producer register budgets"
 
 
-def _loops(sass):
-    """[(opcode counts) of each loop body]: the instructions from a backward branch's target to the branch."""
-    ins = [(int(a, 16), t.strip()) for a, t in re.findall(r"/\*([0-9a-f]{4,6})\*/\s+([^;]*);", sass)]
-    spans = []
-    for addr, text in ins:
-        m = re.search(r"\bBRA (0x[0-9a-f]+)", text)
-        if m and int(m.group(1), 16) < addr:
-            spans.append((int(m.group(1), 16), addr))
-    # A barrier wait's retry path sits after the kernel's end and branches back into a loop: its span starts inside
-    # that loop and ends outside it. Only spans that nest are loops.
-    spans = [(b, e) for b, e in spans if not any(b0 < b <= e0 < e for b0, e0 in spans)]
-    loops = []
-    for b, e in spans:
-        ops = [t.split()[1] if t.startswith("@") else t.split()[0] for a, t in ins if b <= a <= e]
-        loops.append({op: sum(o.split(".")[0] == op for o in ops) for op in ("MUFU", "QGMMA", "ISETP", "FSEL")})
-    return loops
-
-
-def test_ws_softmax_has_an_unmasked_block_loop(sass_by_function):
+def test_ws_softmax_has_an_unmasked_block_loop(sass_by_function, sizes):
     """The ws softmax warpgroup runs the blocks every row sees whole in a loop without the mask's selects and the
     others in a masked one (ws/softmax_wg.cuh): two loops that issue the next block's 16 content QGMMA and take 32
     exponentials per thread, one with the mask's ISETP / FSEL per column, one without."""
     names = [n for n in sass_by_function if "snapmla_decode_fp8_ws_kernel" in n]
     assert len(names) == 1, names
     # Innermost softmax loops only: the piece loop around them holds both.
-    softmax = [lp for lp in _loops(sass_by_function[names[0]]) if lp["QGMMA"] == 16 and lp["MUFU"] >= 32]
+    softmax = [lp for lp in sizes.loops(sass_by_function[names[0]]) if lp["QGMMA"] == 16 and lp["MUFU"] >= 32]
     assert len(softmax) == 2, f"softmax block loops: {softmax}"
     masked = sorted(softmax, key=lambda lp: lp["FSEL"])
     assert masked[0]["ISETP"] < 8 and masked[0]["FSEL"] < 16, f"the whole-block loop has mask selects: {masked[0]}"

@@ -1,5 +1,5 @@
 """tools/profile/sass_sizes.py's parsing of a cuobjdump listing (CPU, no extension needed): instruction offsets of an
-opcode with and without a predicate, the span from first to last, and the instruction count."""
+opcode with and without a predicate, the span from first to last, the instruction count and the loops."""
 
 import pytest
 
@@ -37,3 +37,24 @@ def test_summary_names_each_decode_kernel(sizes):
     lines = sizes.summary(functions)
     assert len(lines) == 1 and lines[0].startswith("snapmla_decode_fp8_kernel ")
     assert "5 instructions" in lines[0] and "3 STG over" in lines[0]
+
+
+# Two loops (0x10-0x30 and 0x40-0x60) and a barrier wait's retry path at the end (0x80) that branches back to the
+# wait inside the second loop: a span that starts inside a loop and ends past it, which is not a loop.
+LOOPS_SASS = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;                 /* 0x00000a0000017a02 */
+        /*0010*/                   MUFU.EX2 R2, R2 ;                      /* 0x0000000200027308 */
+        /*0020*/                   FSEL R3, R3, -INF , P0 ;               /* 0x ... */
+        /*0030*/              @!P0 BRA 0x10 ;                             /* 0x ... */
+        /*0040*/                   MOV R4, R5 ;                           /* 0x ... */
+        /*0050*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P1, [UR4], R6 ;  /* 0x ... */
+        /*0060*/              @!P0 BRA 0x40 ;                             /* 0x ... */
+        /*0070*/                   EXIT ;                                 /* 0x ... */
+        /*0080*/                   BRA 0x50 ;                             /* 0x ... */
+"""
+
+
+def test_loops_are_backward_branches_that_nest(sizes):
+    loops = sizes.loops(LOOPS_SASS)
+    assert [dict(lp) for lp in loops] == [{"MUFU": 1, "FSEL": 1, "BRA": 1}, {"MOV": 1, "SYNCS": 1, "BRA": 1}]
+    assert sizes.loops(SASS) == []
