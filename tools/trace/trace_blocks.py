@@ -125,8 +125,9 @@ def ws_per_block(c: Cta):
 
 
 def summarize_ws(name: str, ctas: dict[tuple[int, int], Cta], dropped: int) -> None:
-    busy = [c for c in ctas.values() if ws_per_block(c)]
-    rows = [r for c in busy for r in ws_per_block(c)]
+    per_cta = {key: ws_per_block(c) for key, c in ctas.items()}
+    busy = [ctas[key] for key, blocks in per_cta.items() if blocks]
+    rows = [r for blocks in per_cta.values() for r in blocks]
     def med(k: int) -> float:
         v = [r[k] for r in rows if r[k] is not None]
         return statistics.median(v) / 1e3 if v else float("nan")
