@@ -53,17 +53,19 @@ CONTENT_STEPS = L.D_CONTENT // K_STEP  # 16
 ROPE_STEPS = L.D_ROPE // ROPE_K_STEP  # 4
 
 
-def qk_accumulated(qc, qr, kc, kr, group: int = CONTENT_STEPS) -> torch.Tensor:
+def qk_accumulated(qc, qr, kc, kr, group: int = CONTENT_STEPS, rope_chain: int = -1) -> torch.Tensor:
     """QK (R, T) as the kernel's tensor cores give it: qc (R, 512) / kc (T, 512) e4m3 values, qr (R, 64) / kr
     (T, 64) bf16 values, all float64. group: content k-steps per accumulator chain (16 = one chain, as the
-    kernels before 97993be; the wide kernel runs 8, the narrow one 2)."""
+    kernels before 97993be; the wide kernel runs 8, the narrow one 2). rope_chain: the chain whose content steps
+    the RoPE k-group follows (-1: the last)."""
     total = None
+    rope_g0 = (CONTENT_STEPS // group + rope_chain) % (CONTENT_STEPS // group) * group
     for g0 in range(0, CONTENT_STEPS, group):
         c = torch.zeros(qc.shape[0], kc.shape[0], dtype=torch.float64)
         for k in range(g0, g0 + group):
             sl = slice(K_STEP * k, K_STEP * (k + 1))
             c = mma_step(c, qc[:, sl], kc[:, sl], FP8_FRAC_BITS, FP8_FRAC_BITS, E4M3_MIN_EXP)
-        if g0 + group == CONTENT_STEPS:  # the RoPE k-group (and any BF16 outlier channels) into the last chain
+        if g0 == rope_g0:  # the RoPE k-group (and any BF16 outlier channels) after that chain's content steps
             for k in range(qr.shape[1] // ROPE_K_STEP):
                 sl = slice(ROPE_K_STEP * k, ROPE_K_STEP * (k + 1))
                 c = mma_step(c, qr[:, sl], kr[:, sl], BF16_STEP_FRAC_BITS, FP32_FRAC_BITS, BF16_MIN_EXP)
@@ -71,20 +73,22 @@ def qk_accumulated(qc, qr, kc, kr, group: int = CONTENT_STEPS) -> torch.Tensor:
     return total
 
 
-def _lse_of(q: torch.Tensor, kv: torch.Tensor, softmax_scale: float, group: int, quantize):
+def _lse_of(q: torch.Tensor, kv: torch.Tensor, softmax_scale: float, group: int, quantize, rope_chain: int = -1):
     """(the model's lse, the lse of the exact dot products of the same quantized values) per query row, with
     quantize(x) -> (e4m3 content, bf16 part, scale) applied to q and kv alike."""
     qc, qb, qs = (t.double() for t in quantize(q))
     kc, kb, ks = (t.double() for t in quantize(kv))
     logit_mul = qs[:, None] * ks[None, :] * softmax_scale
-    model = torch.logsumexp(qk_accumulated(qc, qb, kc, kb, group) * logit_mul, dim=1)
+    model = torch.logsumexp(qk_accumulated(qc, qb, kc, kb, group, rope_chain) * logit_mul, dim=1)
     return model, torch.logsumexp((qc @ kc.T + qb @ kb.T) * logit_mul, dim=1)
 
 
-def lse_error(q: torch.Tensor, kv: torch.Tensor, softmax_scale: float, group: int = CONTENT_STEPS) -> torch.Tensor:
+def lse_error(q: torch.Tensor, kv: torch.Tensor, softmax_scale: float, group: int = CONTENT_STEPS,
+              rope_chain: int = -1) -> torch.Tensor:
     """Signed lse error (nats) per query row of q (R, 576) against kv (T, 576), both bf16, quantized as the
-    cache and Fused-Q-Quant do: the model's accumulation against the exact dot products of the same values."""
-    model, exact = _lse_of(q, kv, softmax_scale, group, quantize_rows)
+    cache and Fused-Q-Quant do: the model's accumulation against the exact dot products of the same values.
+    rope_chain: the chain the RoPE k-group follows (qk_accumulated)."""
+    model, exact = _lse_of(q, kv, softmax_scale, group, quantize_rows, rope_chain)
     return model - exact
 
 
