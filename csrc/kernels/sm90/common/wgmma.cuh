@@ -110,11 +110,4 @@ __device__ __forceinline__ void wgmma_m64n64k32_e4m3_rs(float (&d)[32], const ui
   detail::fma_rs<gmma::MMA_64x64x32_F32E4M3E4M3_RS_TN<>>(d, a, desc_b, accumulate, std::make_index_sequence<32>{});
 }
 
-// D(64x32, fp32) (+)= A(64x32, e4m3, registers) * B(32x32, e4m3, smem K-major)^T (half an m-tile of the ws PV
-// warpgroups' O^T = V^T . P^T: 32 of the tile's 64 rows).
-__device__ __forceinline__ void wgmma_m64n32k32_e4m3_rs(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b,
-                                                        int accumulate) {
-  detail::fma_rs<gmma::MMA_64x32x32_F32E4M3E4M3_RS_TN<>>(d, a, desc_b, accumulate, std::make_index_sequence<16>{});
-}
-
 }  // namespace snapmla::sm90

@@ -82,65 +82,12 @@ __device__ __forceinline__ void pv_block_loaded(float (&o)[PV_M_TILES][32], uint
   if (release) release_stage(&ss.kv_empty[stage]);  // no proxy fence needed (mbarrier.cuh)
 }
 
-#ifdef SNAPMLA_EXP_PV_HALVES
-// Experiment: the block's 4 m-tiles as 8 halves of 32 tile rows (m64n32, 2 k-steps each) in a ring of two
-// 16-register accumulators, so that one half's WGMMAs run while the previous half is folded.
-template <bool MASKED>
-__device__ __forceinline__ void pv_block_halves(float (&o)[PV_M_TILES][32], uint32_t (&a)[2][PV_STEPS][4],
-                                                SharedStorage& ss, int n, int wg, int warp, int lane, int n_valid,
-                                                bool release) {
-  const int stage = n % KV_STAGES;
-  const uint32_t tile = smem_u32(ss.kv_rope[stage]);
-  const uint32_t content = smem_u32(ss.kv_content[stage]);
-  const uint64_t pt_desc = make_smem_desc(tile, 8 * BLOCK_N, SmemSwizzle::B64);
-  float acc[2][16];
-  auto issue = [&](int j) {  // half j: m-tile j / 2, tile rows 32 (j % 2) ..
-    wgmma_fence_operands(acc[j % 2]);
-    cute::warpgroup_arrive();
-#pragma unroll
-    for (int g = 0; g < PV_STEPS; ++g)
-      wgmma_m64n32k32_e4m3_rs(acc[j % 2], a[(j / 2) % 2][g],
-                              pt_desc + ((g * K_STEP_BYTES + (j % 2) * 32 * BLOCK_N) >> 4), g > 0);
-    cute::warpgroup_commit_batch();
-  };
-  auto load = [&](int mt) {
-    narrow::load_v_frags<MASKED>(a[mt % 2], content, PV_M_TILES * wg + mt, warp, lane, n_valid);
-#pragma unroll
-    for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[mt % 2][g]);
-  };
-  issue(0);
-  issue(1);
-  load(1);
-#pragma unroll
-  for (int j = 0; j < 2 * PV_M_TILES; ++j) {
-    if (j + 1 < 2 * PV_M_TILES) cute::warpgroup_wait<1>(); else cute::warpgroup_wait<0>();
-    wgmma_fence_operands(acc[j % 2]);
-    float sc[8];
-    if (j % 2 == 0) read_col_scales<0, 4>(tile, lane % 4, sc); else read_col_scales<4, 4>(tile, lane % 4, sc);
-#pragma unroll
-    for (int k = 0; k < 16; ++k)
-      o[j / 2][16 * (j % 2) + k] = fmaf(o[j / 2][16 * (j % 2) + k], sc[2 * (k / 4) + k % 2], acc[j % 2][k]);
-    if (j + 2 < 2 * PV_M_TILES) {
-      issue(j + 2);
-      if (j % 2 == 1 && j / 2 + 2 < PV_M_TILES) load(j / 2 + 2);
-    }
-  }
-  if (release) release_stage(&ss.kv_empty[stage]);
-}
-#endif
-
 // PV of block n: the first m-tile's fragments, then the block.
 template <bool MASKED, bool LEAN_SCALES = false>
 __device__ __forceinline__ void pv_block(float (&o)[PV_M_TILES][32], SharedStorage& ss, int n, int wg, int warp, int lane,
                                          int n_valid, bool release = true) {
   uint32_t a[2][PV_STEPS][4];
   pv_first_frags<MASKED>(a[0], ss, n, wg, warp, lane, n_valid);
-#ifdef SNAPMLA_EXP_PV_HALVES
-  if constexpr (LEAN_SCALES) {
-    pv_block_halves<MASKED>(o, a, ss, n, wg, warp, lane, n_valid, release);
-    return;
-  }
-#endif
   pv_block_loaded<MASKED, LEAN_SCALES>(o, a, ss, n, wg, warp, lane, n_valid, release);
 }
 

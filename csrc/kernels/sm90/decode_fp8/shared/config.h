@@ -28,16 +28,6 @@ inline constexpr int ROPE_TILE_BYTES = BLOCK_N * D_ROPE * 2;              // 819
 inline constexpr int K_STEP_BYTES = 32;                                      // k32 e4m3 and k16 bf16 alike
 inline constexpr int QK_CONTENT_STEPS = D_CONTENT / K_STEP_BYTES;            // 16 FP8 WGMMAs (8 k-groups of 64)
 inline constexpr int QK_ROPE_STEPS = D_ROPE * 2 / K_STEP_BYTES;              // 4 BF16 WGMMAs (1 k-group of 64)
-#ifdef SNAPMLA_EXP_CHAIN_A_STEPS
-inline constexpr int QK_CHAIN_A_STEPS = SNAPMLA_EXP_CHAIN_A_STEPS;
-#else
-inline constexpr int QK_CHAIN_A_STEPS = QK_CONTENT_STEPS / 2;
-#endif
-#ifdef SNAPMLA_EXP_ROPE_IN_A
-inline constexpr int QK_ROPE_CHAIN = 0;
-#else
-inline constexpr int QK_ROPE_CHAIN = 1;
-#endif
 inline constexpr int STEPS_PER_SWIZZLE_ROW = SWIZZLE_ROW_BYTES / K_STEP_BYTES;  // 4
 inline constexpr int PV_STEPS = BLOCK_N / K_STEP_BYTES;                       // 2 (tokens are the PV k dim)
 // PV (swap AB, mainloop.cuh): O^T (dims x 64 rows) per m-tile of 64 dims, 2 RS QGMMA m64n64k32 (A = V^T from

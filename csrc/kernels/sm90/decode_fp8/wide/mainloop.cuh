@@ -57,13 +57,13 @@ namespace snapmla::sm90::decode_fp8 {
 // 4 x 32 accumulator registers next to O^T's 128: over MATH_REGS = 232.
 inline constexpr int WIDE_QK_CHAINS = 2;
 __device__ __forceinline__ void issue_qk(float (&s)[WIDE_QK_CHAINS][32], const SharedStorage& ss, int stage) {
-  constexpr int CHAIN = QK_CHAIN_A_STEPS;
-  static_assert(WIDE_QK_CHAINS == 2, "two chains");
+  constexpr int CHAIN = QK_CONTENT_STEPS / WIDE_QK_CHAINS;
+  static_assert(WIDE_QK_CHAINS == 2 && QK_CONTENT_STEPS % WIDE_QK_CHAINS == 0, "two chains of CHAIN steps");
   const uint64_t q_desc = q_content_desc(ss);
   const uint64_t k_desc = k_content_desc(ss, stage);
   issue_qk_content_steps<0, CHAIN>(s[0], q_desc, k_desc);
-  issue_qk_content_steps<CHAIN, QK_CONTENT_STEPS - CHAIN>(s[1], q_desc, k_desc);
-  issue_qk_rope_steps(s[QK_ROPE_CHAIN], q_rope_desc(ss), k_rope_desc(ss, stage));
+  issue_qk_content_steps<CHAIN, CHAIN>(s[1], q_desc, k_desc);
+  issue_qk_rope_steps(s[WIDE_QK_CHAINS - 1], q_rope_desc(ss), k_rope_desc(ss, stage));
 }
 
 // QK of the block, retired. The stage stays held until the hand-off of the block was read (kv_empty).

@@ -36,6 +36,6 @@ static_assert(WS_PV_REGS % 8 == 0 && WS_SOFTMAX_REGS % 8 == 0 && WS_PRODUCER_REG
 // 0-7) is issued a block ahead, before the softmax of the current block; chain B (content 8-15 and the RoPE
 // k-group) once that softmax's P8 is packed, so both run under it (ws/softmax_wg.cuh). Same chains, so the same
 // rounding, as the wide kernel's issue_qk.
-inline constexpr int WS_CHAIN_STEPS = QK_CHAIN_A_STEPS;  // 8
+inline constexpr int WS_CHAIN_STEPS = QK_CONTENT_STEPS / 2;  // 8
 
 }  // namespace snapmla::sm90::decode_fp8::ws

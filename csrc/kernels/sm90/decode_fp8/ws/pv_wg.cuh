@@ -41,14 +41,7 @@ __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const Sched
 #pragma unroll 1
     for (int j = 0; j < n_blocks; ++j) {
       const int n = block_idx + j;
-#ifdef SNAPMLA_EXP_PV_BACKOFF
-      while (!cutlass::arch::ClusterBarrier::try_wait(&ss.xchg_full[StageRing<KV_STAGES>::stage(n)],
-                                                      StageRing<KV_STAGES>::phase(n)))
-        __nanosleep(SNAPMLA_EXP_PV_BACKOFF);
-      compiler_fence();
-#else
       StageRing<KV_STAGES>::wait_full(ss.xchg_full, n);
-#endif
       bt.mark();
       // The piece's last stage stays held: its hand-off has the state the epilogue needs.
       pv_after_handoff<true>(o, ss, n, pv, warp, lane, pc.seqlen - (pc.blk_begin + j) * BLOCK_N, j + 1 < n_blocks);

@@ -46,7 +46,6 @@ __device__ __forceinline__ void issue_chain_a(float (&acc_a)[32], const SharedSt
   wgmma_fence_operands(acc_a);
   cute::warpgroup_arrive();
   issue_qk_content_steps<0, WS_CHAIN_STEPS>(acc_a, q_content_desc(ss), k_content_desc(ss, stage));
-  if constexpr (QK_ROPE_CHAIN == 0) issue_qk_rope_steps(acc_a, q_rope_desc(ss), k_rope_desc(ss, stage));
   cute::warpgroup_commit_batch();
 }
 
@@ -55,8 +54,8 @@ __device__ __forceinline__ void issue_chain_a(float (&acc_a)[32], const SharedSt
 __device__ __forceinline__ void issue_chain_b(float (&acc_b)[32], const SharedStorage& ss, int stage) {
   wgmma_fence_operands(acc_b);
   cute::warpgroup_arrive();
-  issue_qk_content_steps<WS_CHAIN_STEPS, QK_CONTENT_STEPS - WS_CHAIN_STEPS>(acc_b, q_content_desc(ss), k_content_desc(ss, stage));
-  if constexpr (QK_ROPE_CHAIN == 1) issue_qk_rope_steps(acc_b, q_rope_desc(ss), k_rope_desc(ss, stage));
+  issue_qk_content_steps<WS_CHAIN_STEPS, WS_CHAIN_STEPS>(acc_b, q_content_desc(ss), k_content_desc(ss, stage));
+  issue_qk_rope_steps(acc_b, q_rope_desc(ss), k_rope_desc(ss, stage));
   cute::warpgroup_commit_batch();
 }
 
@@ -96,20 +95,9 @@ __device__ __forceinline__ void softmax_and_publish(float (&s)[32], const float 
   const uint32_t tile = smem_u32(ss.kv_rope[stage]);
   publish_pt(tile, p_blk, row0, t);
   publish_state(tile, st, o_scale, row0, t);
-#ifdef SNAPMLA_EXP_NO_FENCE
-#define SNAPMLA_EXP_FENCE()
-#else
-#define SNAPMLA_EXP_FENCE() fence_proxy_async_smem()
-#endif
-#ifdef SNAPMLA_EXP_ARRIVE_FIRST
-  SNAPMLA_EXP_FENCE();
-  mbarrier_arrive(&ss.xchg_full[stage]);
   after_stores();
-#else
-  after_stores();
-  SNAPMLA_EXP_FENCE();
+  fence_proxy_async_smem();
   mbarrier_arrive(&ss.xchg_full[stage]);
-#endif
 }
 
 // Blocks n in [first, end) of the piece that starts at block index n0 (piece block pc.blk_begin), none of them
