@@ -1,8 +1,10 @@
 """Where the warps of one kernel launch wait, per SASS instruction: reads the CSV of
 `ncu --section SourceCounters --page source --csv --print-source sass ...` and prints the instructions with the
-most warp-stall samples (with the stall reasons that ncu names for each), then the samples summed per opcode.
+most warp-stall samples (with the stall reasons that ncu names for each), then the samples summed per opcode, and
+with --loops the samples of each loop of the kernel (sass_sizes.loop_spans on the CSV's own SASS) by stall reason:
+in a warp-specialised kernel each role runs its own loop, so this is where each role's time goes.
 
-    python3 tools/profile/ncu_hotspots.py ncu_source.csv [--top 40]
+    python3 tools/profile/ncu_hotspots.py ncu_source.csv [--top 40] [--loops]
 
 ncu's column names differ between versions: every column whose name contains "Samp" is a sample count, the SASS
 text is the "Source" column and the address the "Address" one (found by name, case-insensitive).
@@ -13,8 +15,13 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import os
 import re
-from collections import defaultdict
+import sys
+from collections import Counter, defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sass_sizes  # noqa: E402
 
 
 def read_rows(path: str) -> tuple[list[str], list[list[str]]]:
@@ -37,10 +44,34 @@ def short(name: str) -> str:
     return re.sub(r"(?i)warp stall sampling|\(all samples\)|samples", "", name).strip()
 
 
+def loop_lines(rows: list[list[str]], i_addr: int, i_src: int, i_all: int, reasons: list[int],
+               header: list[str], total: float) -> list[str]:
+    """One line per loop with at least 0.5 % of the samples (a barrier wait's two-instruction retry loop has
+    fewer): its address span, instructions, share of all samples, the stall reasons with the most samples (ncu's
+    stall_* columns, as shares of the loop's samples), and the counts of the opcodes that tell the roles apart."""
+    listing = "\n".join(f"/*{int(r[i_addr], 16):04x}*/ {r[i_src]} ;" for r in rows)
+    stalls = [i for i in reasons if header[i].startswith("stall_") and "issued" not in header[i].lower()] or reasons
+    lines = []
+    for b, e in sass_sizes.loop_spans(listing):
+        body = [r for r in rows if b <= int(r[i_addr], 16) <= e]
+        samples = sum(num(r[i_all]) for r in body)
+        if samples < 0.005 * total:
+            continue
+        why = sorted(((sum(num(r[i]) for r in body), header[i].removeprefix("stall_")) for i in stalls),
+                     reverse=True)[:6]
+        ops = Counter(r[i_src].split()[1 if r[i_src].startswith("@") else 0].split(".")[0]
+                      for r in body if r[i_src].split())
+        sig = " ".join(f"{op} {ops[op]}" for op in ("QGMMA", "HGMMA", "MUFU", "LDSM", "FFMA", "SYNCS") if ops[op])
+        lines.append(f"loop {b:#x}-{e:#x}: {len(body)} instructions, {100 * samples / total:5.1f}% of the samples "
+                     f"[{sig}]; " + ", ".join(f"{short(n)} {100 * v / samples:.0f}%" for v, n in why if v > 0))
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
     ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--loops", action="store_true", help="also the samples of each loop by stall reason")
     args = ap.parse_args()
     header, rows = read_rows(args.csv)
     low = [h.lower() for h in header]
@@ -64,6 +95,8 @@ def main() -> None:
             op = r[i_src].split()[1] if len(r[i_src].split()) > 1 else op
         per_op[op.split(".")[0]] += num(r[i_all])
     print("per opcode:", ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in sorted(per_op.items(), key=lambda kv: -kv[1])[:15]))
+    if args.loops:
+        print("\n".join(loop_lines(rows, i_addr, i_src, i_all, reasons, header, total)))
 
 
 if __name__ == "__main__":

@@ -95,17 +95,25 @@ def instruction_count(sass: str) -> int:
     return len(re.findall(r"/\*[0-9a-f]{4,}\*/\s+\S", sass))
 
 
-def loops(sass: str) -> list[Counter]:
-    """The loops of one function's SASS, each as the opcode counts of its body (base opcode: QGMMA, MUFU, ...):
-    the instructions from a backward branch's target to the branch. A barrier wait's retry path sits after the
-    function's end and branches back into a loop, so its span starts inside that loop and ends outside it: only
-    spans that nest are loops."""
-    ins = [(int(m.group(1), 16), m.group(2), m.group(3))
-           for m in re.finditer(INSTRUCTION + r"([A-Z][A-Z0-9_.]*)([^;]*);", sass)]
-    spans = [(int(m.group(1), 16), addr) for addr, op, rest in ins if op == "BRA"
+def _instructions(sass: str) -> list[tuple[int, str, str]]:
+    """(address, opcode with its modifiers, operands) of each instruction of one function's SASS."""
+    return [(int(m.group(1), 16), m.group(2), m.group(3))
+            for m in re.finditer(INSTRUCTION + r"([A-Z][A-Z0-9_.]*)([^;]*);", sass)]
+
+
+def loop_spans(sass: str) -> list[tuple[int, int]]:
+    """The loops of one function's SASS as (first, last) instruction addresses: from a backward branch's target to
+    the branch. A barrier wait's retry path sits after the function's end and branches back into a loop, so its
+    span starts inside that loop and ends outside it: only spans that nest are loops."""
+    spans = [(int(m.group(1), 16), addr) for addr, op, rest in _instructions(sass) if op == "BRA"
              for m in [re.match(r"\s*(0x[0-9a-f]+)", rest)] if m and int(m.group(1), 16) < addr]
-    spans = [(b, e) for b, e in spans if not any(b0 < b <= e0 < e for b0, e0 in spans)]
-    return [Counter(op.split(".")[0] for addr, op, _ in ins if b <= addr <= e) for b, e in spans]
+    return [(b, e) for b, e in spans if not any(b0 < b <= e0 < e for b0, e0 in spans)]
+
+
+def loops(sass: str) -> list[Counter]:
+    """The loops of loop_spans, each as the opcode counts of its body (base opcode: QGMMA, MUFU, ...)."""
+    ins = _instructions(sass)
+    return [Counter(op.split(".")[0] for addr, op, _ in ins if b <= addr <= e) for b, e in loop_spans(sass)]
 
 
 def summary(functions: dict[str, str]) -> list[str]:
