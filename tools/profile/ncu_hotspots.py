@@ -44,6 +44,14 @@ def short(name: str) -> str:
     return re.sub(r"(?i)warp stall sampling|\(all samples\)|samples", "", name).strip()
 
 
+def opcode(src: str) -> str:
+    """The base opcode of a SASS line ("@!P0 BRA 0x10" -> "BRA", "QGMMA.64x64x32..." -> "QGMMA")."""
+    words = src.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].split(".")[0] if words else "?"
+
+
 def loop_lines(rows: list[list[str]], i_addr: int, i_src: int, i_all: int, reasons: list[int],
                header: list[str], total: float) -> list[str]:
     """One line per loop with at least 0.5 % of the samples (a barrier wait's two-instruction retry loop has
@@ -59,8 +67,7 @@ def loop_lines(rows: list[list[str]], i_addr: int, i_src: int, i_all: int, reaso
             continue
         why = sorted(((sum(num(r[i]) for r in body), header[i].removeprefix("stall_")) for i in stalls),
                      reverse=True)[:6]
-        ops = Counter(r[i_src].split()[1 if r[i_src].startswith("@") else 0].split(".")[0]
-                      for r in body if r[i_src].split())
+        ops = Counter(opcode(r[i_src]) for r in body)
         sig = " ".join(f"{op} {ops[op]}" for op in ("QGMMA", "HGMMA", "MUFU", "LDSM", "FFMA", "SYNCS") if ops[op])
         lines.append(f"loop {b:#x}-{e:#x}: {len(body)} instructions, {100 * samples / total:5.1f}% of the samples "
                      f"[{sig}]; " + ", ".join(f"{short(n)} {100 * v / samples:.0f}%" for v, n in why if v > 0))
@@ -90,10 +97,7 @@ def main() -> None:
         print(f"{100 * num(r[i_all]) / total:5.1f}%  {r[i_addr]:>8}  {r[i_src][:70]:<70} {why_s}")
     per_op: dict[str, float] = defaultdict(float)
     for r in rows:
-        op = r[i_src].split()[0] if r[i_src].split() else "?"
-        if op.startswith("@"):
-            op = r[i_src].split()[1] if len(r[i_src].split()) > 1 else op
-        per_op[op.split(".")[0]] += num(r[i_all])
+        per_op[opcode(r[i_src])] += num(r[i_all])
     print("per opcode:", ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in sorted(per_op.items(), key=lambda kv: -kv[1])[:15]))
     if args.loops:
         print("\n".join(loop_lines(rows, i_addr, i_src, i_all, reasons, header, total)))
