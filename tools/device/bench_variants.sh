@@ -14,8 +14,12 @@
 #                                               (e.g. under .out/, carried); flags e.g. -DSNAPMLA_TRACE_PHASES;
 #                                               env (optional): space-separated VAR=value set for the variant's
 #                                               tests and benchmark, e.g. SNAPMLA_FORCE_SPLIT=264
-#   SNAPMLA_VARIANT_TESTS="tests/test_decode_kernel_gpu.py" (default), SNAPMLA_VARIANT_CASES="" (bench_decode
-#   --cases substring; default: --quick), SNAPMLA_GIT_REV (recorded in the JSON),
+#   SNAPMLA_VARIANT_TESTS="tests/test_decode_kernel_gpu.py" (default), SNAPMLA_VARIANT_TEST_NAMES="a b" (run the
+#   tests for these variants only; default: all), SNAPMLA_VARIANT_CASES="" (bench_decode --cases substring;
+#   default: --quick), SNAPMLA_GIT_REV (recorded in the JSON),
+#   SNAPMLA_VARIANT_NCU="name:case" (after the rounds: ncu's warp samples per SASS instruction of variant `name`'s
+#   decode kernel on one bench_decode case, $OUT/ncu_source_<name>.csv, summarised per loop by
+#   tools/profile/ncu_hotspots.py --loops),
 #   SNAPMLA_VARIANT_ROUNDS=2 (default): the variants' benchmarks run in rounds (A B C, A B C, ...) and the table
 #   takes each variant's fastest round per case. One round in variant order was biased: on 2026-12-01 the first variant ran up to 16 % slower than an identical second one (GPU clocks settling).
 #   SNAPMLA_VARIANT_WARMUP=1 (default) runs the first variant's benchmark once more before the rounds, unrecorded.
@@ -25,6 +29,9 @@ ROOT=$PWD
 VDIR=${SNAPMLA_VARIANT_DIR:-/tmp}  # where the variants' copies and outputs go (tools/tests/test_bench_variants.py: a temp dir)
 source tools/device/device_env.sh
 IFS=';' read -ra VARIANTS <<< "${SNAPMLA_VARIANTS:?set SNAPMLA_VARIANTS}"
+if [ -n "${SNAPMLA_VARIANT_NCU:-}" ] && [[ ";$SNAPMLA_VARIANTS" != *";${SNAPMLA_VARIANT_NCU%%:*}:"* ]]; then
+  echo "SNAPMLA_VARIANT_NCU: no variant ${SNAPMLA_VARIANT_NCU%%:*} in SNAPMLA_VARIANTS"; exit 1
+fi
 tests=${SNAPMLA_VARIANT_TESTS-tests/test_decode_kernel_gpu.py}
 jobs_each=$(( 16 / ${#VARIANTS[@]} )); [ $jobs_each -lt 1 ] && jobs_each=1
 t0=$(date +%s)
@@ -60,7 +67,7 @@ for name in "${names[@]}"; do
   [ -n "$(ls "$dir"/snapmla_ext/_C*.so 2>/dev/null)" ] || { echo "$name: no build"; continue; }
   built+=("$name")
   rm -rf "$VDIR/variant_out_$name"; mkdir -p "$VDIR/variant_out_$name"
-  if [ -n "$tests" ]; then
+  if [ -n "$tests" ] && { [ -z "${SNAPMLA_VARIANT_TEST_NAMES:-}" ] || [[ " $SNAPMLA_VARIANT_TEST_NAMES " == *" $name "* ]]; }; then
     # shellcheck disable=SC2086
     ( cd "$dir" && env ${env_of[$name]} timeout 300 python3 -m pytest -q -p no:cacheprovider -x $tests \
         > "$VDIR/variant_out_$name/tests.log" 2>&1 )
@@ -79,6 +86,16 @@ run_bench() {  # variant name, output folder
 for (( round = 0; round < ${SNAPMLA_VARIANT_ROUNDS:-2}; ++round )); do
   for name in "${built[@]}"; do run_bench "$name" "$VDIR/variant_out_$name/round_$round"; done
 done
+if [ -n "${SNAPMLA_VARIANT_NCU:-}" ]; then
+  IFS=':' read -r ncu_name ncu_case <<< "$SNAPMLA_VARIANT_NCU"
+  csv=$OUT/ncu_source_$ncu_name.csv
+  # shellcheck disable=SC2086
+  ( cd "$VDIR/variant_${build_of[$ncu_name]}" && env ${env_of[$ncu_name]} timeout 200 ncu --clock-control none \
+      --kernel-name regex:snapmla_decode_fp8 --launch-skip 3 --launch-count 1 --section SourceCounters \
+      --section WarpStateStats --page source --csv --print-source sass \
+      python3 bench/bench_decode.py --cases "$ncu_case" > "$csv" 2>&1 )
+  python3 tools/profile/ncu_hotspots.py "$csv" --top 10 --loops || echo "ncu of $ncu_name: no source CSV ($csv)"
+fi
 python3 - "$OUT" "$VDIR" "${SNAPMLA_VARIANTS}" "${names[@]}" <<'PY'
 import glob, json, os, sys, time
 out, vdir, spec, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]

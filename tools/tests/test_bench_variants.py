@@ -1,7 +1,8 @@
 """tools/device/bench_variants.sh without a GPU (CPU): a stub python3 on PATH stands in for the build, pytest and
 bench/bench_decode.py (it writes a benchmark JSON whose time depends on SNAPMLA_FORCE_SPLIT and the round), the
 real interpreter runs the script's summary. Checks the rounds, the warm-up, a variant that reuses another's
-build (@name) with its own environment, and the table's fastest-round ratios."""
+build (@name) with its own environment, the table's fastest-round ratios, the tests of named variants only, and one
+variant's ncu pass (a stub ncu) summarised per loop."""
 
 import json
 import os
@@ -83,3 +84,40 @@ def test_rounds_reuse_and_environment(sandbox):
     assert data["baseline"] == "base"
     assert data["fastest_us"] == {"base": {"case_a": 100}, "split": {"case_a": 110}, "dbg": {"case_a": 100}}
     assert data["rounds_us"]["split"]["case_a"] == [120, 110, 110]
+
+
+NCU_STUB = r"""#!/usr/bin/env bash
+# Stand-in for ncu: the source page of a kernel with one loop, in ncu's CSV layout.
+echo "==PROF== Connected"
+echo '"Address","Source","Warp Stall Sampling (All Samples)","stall_long_sb","stall_selected"'
+echo '"0x7f0000000000","MOV R1, c[0x0][0x28]","2","0","2"'
+echo '"0x7f0000000010","QGMMA.64x64x32.F32.E4M3.E4M3 R24, gdesc[UR4], R24","30","20","10"'
+echo '"0x7f0000000020","@!P0 BRA 0x7f0000000010","8","0","8"'
+echo "args: $*" >> "$STUB_LOG/ncu"
+"""
+
+
+def test_tests_of_named_variants_and_ncu_of_one(sandbox):
+    repo, env, log, out = sandbox
+    (repo / "tools" / "profile").mkdir(parents=True)
+    for f in ("ncu_hotspots.py", "sass_sizes.py"):
+        shutil.copy(os.path.join(ROOT, "tools", "profile", f), repo / "tools" / "profile" / f)
+    ncu = log.parent / "bin" / "ncu"
+    ncu.write_text(NCU_STUB)
+    ncu.chmod(0o755)
+    env.update(SNAPMLA_VARIANTS="base:.:;exp:.:-DSNAPMLA_X", SNAPMLA_VARIANT_ROUNDS="1",
+               SNAPMLA_VARIANT_TEST_NAMES="exp", SNAPMLA_VARIANT_NCU="exp:b64_sq1_h128_sk32768")
+    r = subprocess.run(["bash", "tools/device/bench_variants.sh"], cwd=repo, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "exp tests: 3 passed" in r.stdout and "base tests" not in r.stdout, r.stdout
+    args = (log / "ncu").read_text()
+    assert "--page source" in args and "--cases b64_sq1_h128_sk32768" in args, args
+    assert os.path.exists(out / "ncu_source_exp.csv")
+    loop = next(line for line in r.stdout.splitlines() if line.startswith("loop "))
+    assert loop.startswith("loop 0x7f0000000010-0x7f0000000020: 2 instructions,  95.0% of the samples [QGMMA 1]"), loop
+    env["SNAPMLA_VARIANT_NCU"] = "nosuch:case"
+    r = subprocess.run(["bash", "tools/device/bench_variants.sh"], cwd=repo, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0 and "SNAPMLA_VARIANT_NCU: no variant nosuch" in r.stdout, r.stdout
+    assert "builds:" not in r.stdout  # refused before any build
