@@ -48,36 +48,6 @@ __device__ __forceinline__ void pv_block_loaded(float (&o)[PV_M_TILES][32], uint
   float col_scale[16];
   if constexpr (!LEAN_SCALES) read_col_scales(tile, lane % 4, col_scale);
   const uint64_t pt_desc = make_smem_desc(tile, 8 * BLOCK_N, SmemSwizzle::B64);  // P^T: 512 B per 8 rows of 64 B
-#ifdef SNAPMLA_EXP_PV_SCALES_EARLY
-  if constexpr (LEAN_SCALES) {
-#pragma unroll
-    for (int mt = 0; mt < PV_M_TILES; ++mt) {
-      float acc[32];
-      wgmma_fence_operands(acc);
-      cute::warpgroup_arrive();
-#pragma unroll
-      for (int g = 0; g < PV_STEPS; ++g)
-        wgmma_m64n64k32_e4m3_rs(acc, a[0][g], pt_desc + ((g * K_STEP_BYTES) >> 4), g > 0);
-      cute::warpgroup_commit_batch();
-      float sc[2][8];
-      read_col_scales<0, 4>(tile, lane % 4, sc[0]);
-      cute::warpgroup_wait<0>();
-      wgmma_fence_operands(acc);
-#pragma unroll
-      for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[0][g]);
-      read_col_scales<4, 4>(tile, lane % 4, sc[1]);
-#pragma unroll
-      for (int k = 0; k < 32; ++k) o[mt][k] = fmaf(o[mt][k], sc[k / 16][2 * ((k / 4) % 4) + k % 2], acc[k]);
-      if (mt + 1 < PV_M_TILES) {
-        narrow::load_v_frags<MASKED>(a[0], content, PV_M_TILES * wg + mt + 1, warp, lane, n_valid);
-#pragma unroll
-        for (int g = 0; g < PV_STEPS; ++g) wgmma_fence_operands(a[0][g]);
-      }
-    }
-    if (release) release_stage(&ss.kv_empty[stage]);
-    return;
-  }
-#endif
 #pragma unroll
   for (int mt = 0; mt < PV_M_TILES; ++mt) {
     float acc[32];
