@@ -1,11 +1,10 @@
-// The PV warpgroups of the warp-specialised wide decode kernel (ws/kernel.cuh): PV warpgroup pv (0 or 1) holds
-// O^T for dims 256 pv .. 256 pv + 255 of the tile's 64 rows and, for every block in block order, waits for the
-// softmax warpgroup's hand-off (xchg_full), runs the block's PV for its dims (block_pv.cuh pv_block_lean: 4
-// m-tiles of 2 RS QGMMA m64n64k32 into a fresh accumulator, folded into O^T in fp32 with the block's per-row
-// scale) and releases the stage (kv_empty, with the other PV warpgroup). At the end of a piece it stores the piece (epilogue.cuh, as a
-// math warpgroup of the wide kernel) with the final state read from the last block's hand-off, and only then
-// releases that stage.
-// Registers: O^T 128 + one m-tile accumulator 32 + one m-tile's V^T fragments 8 + 8 or 16 fold scales +
+// The PV warpgroups of the warp-specialised wide decode kernel (ws/kernel.cuh): PV warpgroup pv (0 or 1) holds O^T for
+// dims 256 pv .. 256 pv + 255 of the tile's 64 rows and, for every block in block order, waits for the softmax
+// warpgroup's hand-off (xchg_full), runs the block's PV for its dims (block_pv.cuh pv_block_lean: 4 m-tiles of 2 RS
+// QGMMA m64n64k32 into a fresh accumulator, folded into O^T in fp32 with the block's per-row scale) and releases the
+// stage (kv_empty, with the other PV warpgroup). At the end of a piece it stores the piece (epilogue.cuh, as a math
+// warpgroup of the wide kernel) with the final state read from the last block's hand-off, and only then releases that
+// stage. Registers: O^T 128 + one m-tile accumulator 32 + one m-tile's V^T fragments 8 + 8 or 16 fold scales +
 // addresses, within WS_PV_REGS = 192 (ws/config.h).
 #pragma once
 
