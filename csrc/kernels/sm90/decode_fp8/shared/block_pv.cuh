@@ -84,8 +84,8 @@ __device__ __forceinline__ void pv_block_loaded(float (&o)[PV_M_TILES][32], uint
 
 // PV of block n: the first m-tile's fragments, then the block.
 template <bool MASKED>
-__device__ __forceinline__ void pv_block(float (&o)[PV_M_TILES][32], SharedStorage& ss, int n, int wg, int warp, int lane,
-                                         int n_valid, bool release = true) {
+__device__ __forceinline__ void pv_block(float (&o)[PV_M_TILES][32], SharedStorage& ss, int n, int wg, int warp,
+                                         int lane, int n_valid, bool release = true) {
   uint32_t a[2][PV_STEPS][4];
   pv_first_frags<MASKED>(a[0], ss, n, wg, warp, lane, n_valid);
   pv_block_loaded<MASKED>(o, a, ss, n, wg, warp, lane, n_valid, release);
