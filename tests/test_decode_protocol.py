@@ -136,3 +136,24 @@ def test_model_finds_pair_cluster_faults(broken, row, found):
     results = [simulate_pair_cluster(row, seed, broken=broken) for seed in range(40)]
     assert any(r is not None and found in r for r in results), results[:3]
     assert all(simulate_pair_cluster(row, seed) is None for seed in range(40))
+
+
+def test_e2_stage_protocol_completes():
+    # E2's stage map as tools/microbench/e2_stage_stream.cu runs it: both CTAs finish walks of odd and even length,
+    # short ones (stages never reused) and long ones (every stage reused many times), with loads and pushes landing
+    # early or late, and leave no phase half-arrived.
+    from utils.e2_stage_protocol import simulate_e2
+
+    for pages in (1, 2, 5, 6, 7, 13, 40):
+        for seed in range(25):
+            for land_p in (0.1, 0.6):
+                assert simulate_e2(pages, seed, land_p=land_p) is None, (pages, seed, land_p)
+
+
+@pytest.mark.parametrize("broken,found", [("push_skips_slot_free", "pushed the hand-off"),
+                                          ("arm_after_wait", "deadlock")])
+def test_model_finds_e2_faults(broken, found):
+    from utils.e2_stage_protocol import simulate_e2
+
+    results = [simulate_e2(40, seed, broken=broken, land_p=0.1) for seed in range(40)]
+    assert any(r is not None and found in r for r in results), results[:3]
