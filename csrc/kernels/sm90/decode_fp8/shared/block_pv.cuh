@@ -3,7 +3,9 @@
 // warpgroups). PV runs swapped, O^T = V^T . P^T: A = V^T built in registers by ldmatrix.trans from the stage's
 // content tiles (narrow/pv.cuh load_v_frags), B = P^T from the block's hand-off in the stage's RoPE tile
 // (exchange.cuh). Each m-tile of 64 dims goes into a fresh accumulator that is folded into O^T in fp32 (an FP8
-// WGMMA accumulates with ~14 significant bits, mainloop.cuh header).
+// WGMMA accumulates with ~14 significant bits, mainloop.cuh header). Two forms of one block's PV, same bits:
+// pv_block (fold scales held in registers, fragments double-buffered; the wide kernel) and pv_block_lean (within
+// the ws PV warpgroups' 192 registers).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +20,8 @@
 
 namespace snapmla::sm90::decode_fp8 {
 
-// The A fragments of this warpgroup's first m-tile of block n (m-tile 4 wg), pinned: pv_block_loaded's input.
+// The A fragments of this warpgroup's first m-tile of block n (m-tile 4 wg), pinned: the input of pv_block_loaded
+// and pv_block_lean.
 template <bool MASKED>
 __device__ __forceinline__ void pv_first_frags(uint32_t (&a0)[PV_STEPS][4], const SharedStorage& ss, int n, int wg,
                                                int warp, int lane, int n_valid) {
