@@ -32,7 +32,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
-#include <random>
 #include <vector>
 
 #include <cute/arch/cluster_sm90.hpp>
@@ -208,18 +207,9 @@ __global__ void __launch_bounds__(96) e2_kernel(const uint8_t* cache, const int*
 void run(long long smx, long long pv, const uint8_t* cache, const int* perm, int ctas, unsigned long long* cycles,
          unsigned long long* sink) {
   check(cudaFuncSetAttribute(e2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES), "smem attribute");
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(ctas);
-  cfg.blockDim = dim3(96);
-  cfg.dynamicSmemBytes = SMEM_BYTES;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 2;
-  attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  microbench::ClusterLaunch launch(ctas, 96, SMEM_BYTES, 2);
   const float ms = microbench::fastest_ms(
-      [&] { check(cudaLaunchKernelEx(&cfg, e2_kernel, cache, perm, smx, pv, cycles, sink), "launch"); }, 5, 1);
+      [&] { check(cudaLaunchKernelEx(&launch.cfg, e2_kernel, cache, perm, smx, pv, cycles, sink), "launch"); }, 5, 1);
   std::vector<unsigned long long> cyc(ctas);
   check(cudaMemcpy(cyc.data(), cycles, sizeof(unsigned long long) * ctas, cudaMemcpyDeviceToHost), "copy");
   const double mean = std::accumulate(cyc.begin(), cyc.end(), 0.0) / ctas / PAGES;
@@ -244,21 +234,13 @@ int main(int argc, char** argv) {
   const int ctas = std::min(sms, 132) & ~3;  // whole pairs of clusters
   const int walks = ctas / 4;
   const int num_pages = walks * PAGES;  // ~700 MB: far beyond L2
-  uint8_t* cache = nullptr;
-  check(cudaMalloc(&cache, static_cast<size_t>(num_pages) * kvl::PAGE_BYTES), "cache");
-  check(cudaMemset(cache, 1, static_cast<size_t>(num_pages) * kvl::PAGE_BYTES), "fill");
-  std::vector<int> perm(num_pages);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), std::mt19937(2026));
-  int* d_perm = nullptr;
-  check(cudaMalloc(&d_perm, sizeof(int) * num_pages), "perm");
-  check(cudaMemcpy(d_perm, perm.data(), sizeof(int) * num_pages, cudaMemcpyHostToDevice), "perm copy");
+  const microbench::PageWalks pages = microbench::random_page_walks(num_pages, kvl::PAGE_BYTES, 2026);
   unsigned long long *cycles = nullptr, *sink = nullptr;
   check(cudaMalloc(&cycles, sizeof(unsigned long long) * ctas), "cycles");
   check(cudaMalloc(&sink, 2 * sizeof(unsigned long long) * ctas), "sink");
   std::printf("%d CTAs (%d clusters, 2 per walk), %d pages per walk, %d own + %d peer stages, %d B of shared memory\n",
               ctas, ctas / 2, PAGES, OWN_STAGES, PEER_STAGES, SMEM_BYTES);
-  for (size_t i = 0; i + 1 < spins.size(); i += 2) run(spins[i], spins[i + 1], cache, d_perm, ctas, cycles, sink);
-  check(cudaFree(cache), "free");
+  for (size_t i = 0; i + 1 < spins.size(); i += 2) run(spins[i], spins[i + 1], pages.cache, pages.perm, ctas, cycles, sink);
+  check(cudaFree(pages.cache), "free");
   return 0;
 }

@@ -26,7 +26,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <numeric>
-#include <random>
 #include <vector>
 
 #include <cute/arch/cluster_sm90.hpp>
@@ -165,18 +164,9 @@ void run(const char* name, const uint8_t* cache, const int* perm, int ctas, unsi
          unsigned long long* sink) {
   auto kern = stream_kernel<PATTERN>;
   check(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES), "smem attribute");
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(ctas);
-  cfg.blockDim = dim3(32);
-  cfg.dynamicSmemBytes = SMEM_BYTES;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = PATTERN == UNICAST ? 1 : 2;
-  attr[0].val.clusterDim.y = attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  microbench::ClusterLaunch launch(ctas, 32, SMEM_BYTES, PATTERN == UNICAST ? 1 : 2);
   const float ms = microbench::fastest_ms(
-      [&] { check(cudaLaunchKernelEx(&cfg, kern, cache, perm, cycles, sink), "launch"); }, 5, 1);
+      [&] { check(cudaLaunchKernelEx(&launch.cfg, kern, cache, perm, cycles, sink), "launch"); }, 5, 1);
   std::vector<unsigned long long> cyc(ctas);
   check(cudaMemcpy(cyc.data(), cycles, sizeof(unsigned long long) * ctas, cudaMemcpyDeviceToHost), "copy");
   const double mean_cycles = std::accumulate(cyc.begin(), cyc.end(), 0.0) / ctas;
@@ -192,23 +182,15 @@ int main() {
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "attribute");
   const int ctas = std::min(sms, 132) & ~1;
   const int num_pages = ctas * PAGES_PER_CTA;  // ~2.8 GB: far beyond L2
-  uint8_t* cache = nullptr;
-  check(cudaMalloc(&cache, static_cast<size_t>(num_pages) * kvl::PAGE_BYTES), "cache");
-  check(cudaMemset(cache, 1, static_cast<size_t>(num_pages) * kvl::PAGE_BYTES), "fill");
-  std::vector<int> perm(num_pages);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), std::mt19937(2026));
-  int* d_perm = nullptr;
-  check(cudaMalloc(&d_perm, sizeof(int) * num_pages), "perm");
-  check(cudaMemcpy(d_perm, perm.data(), sizeof(int) * num_pages, cudaMemcpyHostToDevice), "perm copy");
+  const microbench::PageWalks walks = microbench::random_page_walks(num_pages, kvl::PAGE_BYTES, 2026);
   unsigned long long *cycles = nullptr, *sink = nullptr;
   check(cudaMalloc(&cycles, sizeof(unsigned long long) * ctas), "cycles");
   check(cudaMalloc(&sink, sizeof(unsigned long long) * ctas), "sink");
   std::printf("%d CTAs, %d pages of %d B per walk, %d stages, hand-off %d B per page\n", ctas, PAGES_PER_CTA,
               kvl::PAGE_BYTES, STAGES, HANDOFF_BYTES);
-  run<UNICAST>("unicast", cache, d_perm, ctas, cycles, sink);
-  run<PAIRS>("pairs", cache, d_perm, ctas, cycles, sink);
-  run<PAIRS_HANDOFF>("pairs+handoff", cache, d_perm, ctas, cycles, sink);
-  check(cudaFree(cache), "free");
+  run<UNICAST>("unicast", walks.cache, walks.perm, ctas, cycles, sink);
+  run<PAIRS>("pairs", walks.cache, walks.perm, ctas, cycles, sink);
+  run<PAIRS_HANDOFF>("pairs+handoff", walks.cache, walks.perm, ctas, cycles, sink);
+  check(cudaFree(walks.cache), "free");
   return 0;
 }
