@@ -102,7 +102,7 @@ __device__ __forceinline__ void pv_block(float (&o)[PV_M_TILES][32], SharedStora
 //   16 after the wait left the folds waiting for them (12 % of the PV warps' samples, docs/design.md section 2).
 // - The V^T fragments are single-buffered: the next m-tile's load after this m-tile's wait, where its 8 registers
 //   are free again. That puts the LDSM -> PRMT latency before each m-tile's issue instead of under the previous
-//   WGMMA; measured 1.00-1.02x over the double-buffered form at b = 1-128, h_q 64-128, s_q 1-4 (H100,
+//   WGMMA; measured 0.99-1.04x (1.01-1.02x at h_q 128) over the double-buffered form at b = 1-128, s_q 1-4 (H100,
 //   bench/results/bench_variants_20261206T224812Z.json; docs/design.md section 2).
 template <bool MASKED>
 __device__ __forceinline__ void pv_block_lean(float (&o)[PV_M_TILES][32], SharedStorage& ss, int n, int wg, int warp,
