@@ -41,6 +41,8 @@ for v in "${VARIANTS[@]}"; do
   IFS=':' read -r name src flags envs <<< "$v"
   names+=("$name")
   env_of[$name]=${envs:-}
+  # An earlier call's results on a warm machine must not stand in for a variant that fails to patch or build now.
+  rm -rf "$VDIR/variant_out_$name"
   if [[ $src == @* ]]; then build_of[$name]=${src#@}; continue; fi
   build_of[$name]=$name
   dir=$VDIR/variant_$name

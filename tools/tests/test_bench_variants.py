@@ -121,3 +121,23 @@ def test_tests_of_named_variants_and_ncu_of_one(sandbox):
                        timeout=120)
     assert r.returncode != 0 and "SNAPMLA_VARIANT_NCU: no variant nosuch" in r.stdout, r.stdout
     assert "builds:" not in r.stdout  # refused before any build
+
+
+def test_a_variant_that_fails_to_patch_shows_no_stale_results(sandbox):
+    """A second call on the same machine (the variant folders kept) whose variant no longer applies its patch:
+    its column is empty, not the first call's numbers."""
+    repo, env, log, out = sandbox
+    env.update(SNAPMLA_VARIANTS="base:.:;exp:.:-DSNAPMLA_X", SNAPMLA_VARIANT_ROUNDS="1", SNAPMLA_VARIANT_TESTS="")
+    r = subprocess.run(["bash", "tools/device/bench_variants.sh"], cwd=repo, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (repo / "bad.patch").write_text("--- a/csrc/nosuch.cu\n+++ b/csrc/nosuch.cu\n@@ -1 +1 @@\n-x\n+y\n")
+    env["SNAPMLA_VARIANTS"] = "base:.:;exp:+bad.patch:"
+    r = subprocess.run(["bash", "tools/device/bench_variants.sh"], cwd=repo, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "PATCH FAILED: exp" in r.stdout and "exp: no build" in r.stdout, r.stdout
+    row = next(line for line in r.stdout.splitlines() if line.startswith("case_a"))
+    assert row.split()[-1] == "-", row
+    newest = sorted(f for f in os.listdir(out) if f.startswith("bench_variants_"))[-1]
+    assert "exp" not in json.load(open(out / newest))["fastest_us"]
