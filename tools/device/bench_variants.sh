@@ -68,7 +68,7 @@ for name in "${names[@]}"; do
   dir=$VDIR/variant_${build_of[$name]}
   [ -n "$(ls "$dir"/snapmla_ext/_C*.so 2>/dev/null)" ] || { echo "$name: no build"; continue; }
   built+=("$name")
-  rm -rf "$VDIR/variant_out_$name"; mkdir -p "$VDIR/variant_out_$name"
+  mkdir -p "$VDIR/variant_out_$name"  # emptied when the variant list was read
   if [ -n "$tests" ] && { [ -z "${SNAPMLA_VARIANT_TEST_NAMES:-}" ] || [[ " $SNAPMLA_VARIANT_TEST_NAMES " == *" $name "* ]]; }; then
     # shellcheck disable=SC2086
     ( cd "$dir" && env ${env_of[$name]} timeout 300 python3 -m pytest -q -p no:cacheprovider -x $tests \
