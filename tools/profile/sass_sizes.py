@@ -5,6 +5,7 @@ fetches those instructions cold in the middle of a launch, from an L2 busy with 
 traces measured 13-33 us epilogues to that and won 1.05-1.21x by shrinking one (docs/design.md
 ). This prints, per kernel, its instruction count and the spans that matter:
     python3 tools/profile/sass_sizes.py [path to _C*.so or a .o]    (default: the built snapmla_ext/_C*.so)
+    python3 tools/profile/sass_sizes.py x.o --stalls=ws_kernel      (also each loop's stall cycles, stall_report)
   kernel  instructions  KB  | stores: first-last STG span | TMA: first-last UTMALDG span | QGMMA / HGMMA counts
 tests/test_sass.py uses its tool lookup and SASS split; tests/test_sass.py test_piece_epilogues_are_compact holds
 the STG spans to a budget.
@@ -116,6 +117,48 @@ def loops(sass: str) -> list[Counter]:
     return [Counter(op.split(".")[0] for addr, op, _ in ins if b <= addr <= e) for b, e in loop_spans(sass)]
 
 
+# One instruction with both encoding words: its offset comment, then the low and the high 64 bits of its 128-bit
+# encoding (the high word on the listing's next line).
+ENCODED = r"/\*([0-9a-f]{4,})\*/[^\n]*?/\* (0x[0-9a-f]{16}) \*/\s*\n\s*/\* (0x[0-9a-f]{16}) \*/"
+
+
+def stall_counts(sass: str) -> dict[int, int]:
+    """{address: stall count} of each instruction. The stall count is bits 41-44 of the high encoding word (bits
+    105-108 of the instruction): the cycles the warp's scheduler waits after issuing it, which ptxas sets for
+    fixed-latency results (FP32, integer, uniform datapath). Variable-latency results (MUFU, LDS, SHFL, WGMMA,
+    barriers) are waited for on scoreboards instead, which the count does not include."""
+    return {int(m.group(1), 16): (int(m.group(3), 16) >> 41) & 0xF for m in re.finditer(ENCODED, sass)}
+
+
+def loop_stalls(sass: str) -> list[tuple[tuple[int, int], int, Counter]]:
+    """Per loop of loop_spans: (its span, its instruction count, the stall counts summed per base opcode). The total
+    is the cycles one warp needs for an iteration on its fixed-latency schedule alone: a lower bound on the
+    iteration's time, which the measured time exceeds by the scoreboard waits."""
+    stalls = stall_counts(sass)
+    out = []
+    for b, e in loop_spans(sass):
+        per_op: Counter = Counter()
+        n = 0
+        for addr, op, _ in _instructions(sass):
+            if b <= addr <= e:
+                per_op[op.split(".")[0]] += stalls.get(addr, 0)
+                n += 1
+        out.append(((b, e), n, per_op))
+    return out
+
+
+def stall_report(functions: dict[str, str], kernel: str, top: int = 6) -> list[str]:
+    """One line per loop of the functions whose name contains `kernel`."""
+    lines = []
+    for name, sass in sorted(functions.items()):
+        if kernel not in name:
+            continue
+        for (b, e), n, per_op in loop_stalls(sass):
+            ops = ", ".join(f"{op} {c}" for op, c in per_op.most_common(top))
+            lines.append(f"{kernel} loop {b:#x}-{e:#x}: {n} instructions, {sum(per_op.values())} stall cycles ({ops})")
+    return lines
+
+
 def summary(functions: dict[str, str]) -> list[str]:
     lines = []
     for kernel in DECODE_KERNELS:
@@ -132,11 +175,17 @@ def summary(functions: dict[str, str]) -> list[str]:
 
 
 def main() -> None:
-    path = sys.argv[1] if len(sys.argv) > 1 else built_extension()
+    args = [a for a in sys.argv[1:] if not a.startswith("--stalls")]
+    stalls_of = [a.partition("=")[2] for a in sys.argv[1:] if a.startswith("--stalls")]
+    path = args[0] if args else built_extension()
     if not path:
         sys.exit("no built extension (snapmla_ext/_C*.so): pass a .so or .o")
-    for line in summary(sass_by_function(path)):
+    functions = sass_by_function(path)
+    for line in summary(functions):
         print(line)
+    for kernel in stalls_of:
+        for line in stall_report(functions, kernel or "decode_fp8"):
+            print(line)
 
 
 if __name__ == "__main__":

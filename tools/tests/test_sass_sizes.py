@@ -58,3 +58,33 @@ def test_loops_are_backward_branches_that_nest(sizes):
     loops = sizes.loops(LOOPS_SASS)
     assert [dict(lp) for lp in loops] == [{"MUFU": 1, "FSEL": 1, "BRA": 1}, {"MOV": 1, "SYNCS": 1, "BRA": 1}]
     assert sizes.loops(SASS) == []
+
+
+def _hi(stall: int) -> str:
+    """A high encoding word whose stall count (bits 41-44) is `stall`, with other control bits set around it."""
+    return f"0x{(stall << 41) | (0x3F << 52) | (1 << 45) | 0x1F0:016x}"
+
+
+# A loop of three instructions (0x10-0x30) between two that are not in it, with stall counts 1, 4, 2 and 5.
+STALL_SASS = f"""
+        /*0000*/                   MOV R1, c[0x0][0x28] ;                 /* 0x00000a0000017a02 */
+                                                                          /* {_hi(3)} */
+        /*0010*/                   FMUL R2, R2, R3 ;                      /* 0x0000000302027220 */
+                                                                          /* {_hi(1)} */
+        /*0020*/                   UIADD3 UR4, UR4, 0x2, URZ ;            /* 0x0000000204047890 */
+                                                                          /* {_hi(4)} */
+        /*0030*/              @!P0 BRA 0x10 ;                             /* 0x000000000000894c */
+                                                                          /* {_hi(2)} */
+        /*0040*/                   EXIT ;                                 /* 0x000000000000794d */
+                                                                          /* {_hi(5)} */
+"""
+
+
+def test_stall_counts_are_bits_41_to_44_of_the_high_word(sizes):
+    assert sizes.stall_counts(STALL_SASS) == {0x0: 3, 0x10: 1, 0x20: 4, 0x30: 2, 0x40: 5}
+    [(span, n, per_op)] = sizes.loop_stalls(STALL_SASS)
+    assert span == (0x10, 0x30) and n == 3
+    assert dict(per_op) == {"FMUL": 1, "UIADD3": 4, "BRA": 2}
+    [line] = sizes.stall_report({"_Z12my_ws_kernelv": STALL_SASS}, "ws_kernel")
+    assert "3 instructions, 7 stall cycles (UIADD3 4, BRA 2, FMUL 1)" in line
+    assert sizes.stall_report({"_Z5otherv": STALL_SASS}, "ws_kernel") == []
