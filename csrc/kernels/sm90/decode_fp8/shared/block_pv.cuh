@@ -36,11 +36,7 @@ __device__ __forceinline__ void issue_pv_mtile(float (&acc)[32], uint32_t (&a)[P
   wgmma_fence_operands(acc);
   cute::warpgroup_arrive();
 #pragma unroll
-#if defined(SNAPMLA_EXP_NO_PV)  // timing only: no PV WGMMAs
-  for (int k = 0; k < 32; ++k) acc[k] = 0.f;
-#else
   for (int g = 0; g < PV_STEPS; ++g) wgmma_m64n64k32_e4m3_rs(acc, a[g], pt_desc + ((g * K_STEP_BYTES) >> 4), g > 0);
-#endif
   cute::warpgroup_commit_batch();
 }
 

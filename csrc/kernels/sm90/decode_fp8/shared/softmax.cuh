@@ -146,11 +146,7 @@ __device__ __forceinline__ void block_exps(float (&s)[32], const float (&ks)[16]
     for (int i = 0; i < 8; ++i) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-#if defined(SNAPMLA_EXP_NO_MUFU)  // timing only: the exponential as one FMUL
-        const float ex = (s[4 * i + 2 * r + e] - m_use[r]) * 0.5f;
-#else
         const float ex = fast_exp2(s[4 * i + 2 * r + e] - m_use[r]);  // exactly 0 for a masked (-inf) logit
-#endif
         const float pp = !MASKED || 8 * i + e < vis_lim ? ex * ks[2 * i + e] : 0.f;
         sum += ex;
         pmax = fmaxf(pmax, pp);

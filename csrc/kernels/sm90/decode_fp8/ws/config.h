@@ -24,13 +24,8 @@ static_assert(NUM_PV_WG == NUM_MATH_WG, "the PV warpgroups take the wide kernel'
 inline constexpr int WS_LAUNCH_REGS = 128;
 // The split is the same in every build: the kernel has no phase timer (trace/phase.cuh times the wide kernel;
 // a timer's registers in the softmax warpgroup would spill chain A's in-flight accumulator at 104).
-#if defined(SNAPMLA_EXP_PV_REGS)
-inline constexpr int WS_PV_REGS = SNAPMLA_EXP_PV_REGS;
-inline constexpr int WS_SOFTMAX_REGS = SNAPMLA_EXP_SMX_REGS;
-#else
 inline constexpr int WS_PV_REGS = 192;
 inline constexpr int WS_SOFTMAX_REGS = 104;
-#endif
 inline constexpr int WS_PRODUCER_REGS = 24;
 static_assert(NUM_PV_WG * WS_PV_REGS + WS_SOFTMAX_REGS + WS_PRODUCER_REGS <= 4 * WS_LAUNCH_REGS,
               "register pool of the CTA: a setmaxnreg.inc past it waits forever");

@@ -33,9 +33,6 @@
 #include "kernels/sm90/decode_fp8/ws/config.h"
 #include "kernels/sm90/decode_fp8/ws/pv_wg.cuh"
 #include "kernels/sm90/decode_fp8/ws/softmax_wg.cuh"
-#if defined(SNAPMLA_PROBE_G)
-#include "kernels/sm90/decode_fp8/ws/probe_g_softmax.cuh"
-#endif
 
 namespace snapmla::sm90::decode_fp8::ws {
 
@@ -58,11 +55,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) snapmla_decode_fp8_ws_kernel(co
     if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<SharedStorage>(kp, ss, load_sched_row(kp.p));
   } else if (wg == SOFTMAX_WG) {
     cutlass::arch::warpgroup_reg_dealloc<WS_SOFTMAX_REGS>();
-#if defined(SNAPMLA_PROBE_G)
-    probe_g::run_half_softmax_wg(kp, ss, load_sched_row(kp.p));
-#else
     run_softmax_wg(kp, ss, load_sched_row(kp.p));
-#endif
   } else {
     cutlass::arch::warpgroup_reg_alloc<WS_PV_REGS>();
     run_pv_wg(kp, ss, load_sched_row(kp.p), wg);

@@ -41,9 +41,6 @@ __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const Sched
     for (int j = 0; j < n_blocks; ++j) {
       const int n = block_idx + j;
       StageRing<KV_STAGES>::wait_full(ss.xchg_full, n);
-#if defined(SNAPMLA_EXP_FENCE_IN_PV)
-      fence_proxy_async_smem();  // the softmax's P^T stores, to the async proxy: on the causality path after the wait
-#endif
       bt.mark();
       // The piece's last stage stays held: its hand-off has the state the epilogue needs.
       pv_after_handoff<true>(o, ss, n, pv, warp, lane, pc.seqlen - (pc.blk_begin + j) * BLOCK_N, j + 1 < n_blocks);

@@ -45,12 +45,7 @@ namespace snapmla::sm90::decode_fp8::ws {
 __device__ __forceinline__ void issue_chain_a(float (&acc_a)[32], const SharedStorage& ss, int stage) {
   wgmma_fence_operands(acc_a);
   cute::warpgroup_arrive();
-#if defined(SNAPMLA_EXP_NO_QK)  // timing only: no QK WGMMAs
-#pragma unroll
-  for (int k = 0; k < 32; ++k) acc_a[k] = 0.f;
-#else
   issue_qk_content_steps<0, WS_CHAIN_STEPS>(acc_a, q_content_desc(ss), k_content_desc(ss, stage));
-#endif
   cute::warpgroup_commit_batch();
 }
 
@@ -59,13 +54,8 @@ __device__ __forceinline__ void issue_chain_a(float (&acc_a)[32], const SharedSt
 __device__ __forceinline__ void issue_chain_b(float (&acc_b)[32], const SharedStorage& ss, int stage) {
   wgmma_fence_operands(acc_b);
   cute::warpgroup_arrive();
-#if defined(SNAPMLA_EXP_NO_QK)
-#pragma unroll
-  for (int k = 0; k < 32; ++k) acc_b[k] = 0.f;
-#else
   issue_qk_content_steps<WS_CHAIN_STEPS, WS_CHAIN_STEPS>(acc_b, q_content_desc(ss), k_content_desc(ss, stage));
   issue_qk_rope_steps(acc_b, q_rope_desc(ss), k_rope_desc(ss, stage));
-#endif
   cute::warpgroup_commit_batch();
 }
 
@@ -99,29 +89,14 @@ __device__ __forceinline__ void softmax_and_publish(float (&s)[32], const float 
   softmax_logits_ks<MASKED>(s, ks, q_mul, n_vis, t, mx);
   after_logits();
   softmax_probs_ks<MASKED>(s, ks, mx, n_vis, t, st, o_scale);
-  const uint32_t tile = smem_u32(ss.kv_rope[stage]);
-#if defined(SNAPMLA_EXP_NO_P8)  // timing only: no P8 packing, no P^T stores, no proxy fence
-#if defined(SNAPMLA_EXP_P_STORE)  // p' as fp32 pairs instead (16 STS.64 per thread, into 8 KB: garbage)
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(tile + ((((row0 + 8 * r) * 64 + 8 * i + 2 * t) * 4) & 8191)),
-                   "f"(s[4 * i + 2 * r]), "f"(s[4 * i + 2 * r + 1]) : "memory");
-#endif
-  publish_state(tile, st, o_scale, row0, t);
-  after_stores();
-#else
   uint32_t p_blk[8];
   const float inv[2] = {st[0].inv, st[1].inv};
   pack_p(s, inv, p_blk);
+  const uint32_t tile = smem_u32(ss.kv_rope[stage]);
   publish_pt(tile, p_blk, row0, t);
   publish_state(tile, st, o_scale, row0, t);
   after_stores();
-#if !defined(SNAPMLA_EXP_NO_FENCE) && !defined(SNAPMLA_EXP_FENCE_IN_PV)
   fence_proxy_async_smem();
-#endif
-#endif
   mbarrier_arrive(&ss.xchg_full[stage]);
 }
 
