@@ -39,8 +39,8 @@ class Cta:
     kernel: str = "?"
     issue: list[int] = dataclasses.field(default_factory=list)  # ns, per block of the walk
     own: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # warpgroup -> [arrival, end, arrival, ...]
-    # ws kernel: role (smx, pv0, pv1) -> two stamps per block of the walk: smx [QK retired, hand-off published],
-    # pv0 / pv1 [hand-off seen, PV done].
+    # ws kernel: role (smx, pv0, pv1) -> stamps per block of the walk: smx four [QK retired, logits done, next
+    # page in, hand-off published], pv0 / pv1 two [hand-off seen, PV done].
     roles: dict[str, list[int]] = dataclasses.field(default_factory=dict)
 
     def blocks(self):
@@ -104,23 +104,31 @@ def per_block(c: Cta):
     return [(n, a - i, None if prev is None else a - prev, e - a) for n, i, a, e, prev in c.blocks()]
 
 
+SMX_STAMPS = 4  # per block of the ws softmax warpgroup (trace/block.cuh)
+
+
 def ws_per_block(c: Cta):
-    """The ws kernel's blocks of one CTA: [(n, smx_work, smx_wait or None, pv_work, pv_starve or None, to_pv)] in ns
-    for the blocks with every stamp, where (QK = the block's QK retired, PUB = its hand-off published, IN / OUT =
-    PV warpgroup 0 saw the hand-off / finished the block):
-      smx_work   PUB(n) - QK(n): the softmax warpgroup's k scales, wait for the next page, next chain A, softmax,
-                 P8, next chain B and hand-off
+    """The ws kernel's blocks of one CTA: [(n, smx_work, smx_wait or None, pv_work, pv_starve or None, to_pv,
+    logits, page_wait)] in ns for the blocks with every stamp, where (QK = the block's QK retired, LG = its logits
+    and row maxima done, PG = the next page in, PUB = its hand-off published, IN / OUT = PV warpgroup 0 saw the
+    hand-off / finished the block):
+      smx_work   PUB(n) - QK(n): the softmax warpgroup's k scales, logits, wait for the next page, next chain A,
+                 softmax, P8, next chain B and hand-off
       smx_wait   QK(n) - PUB(n-1): what the softmax warpgroup waited for block n's QK to retire
       pv_work    OUT(n) - IN(n): PV warpgroup 0's PV and fold of the block
       pv_starve  IN(n) - OUT(n-1): what it waited for the hand-off
-      to_pv      IN(n) - PUB(n): from the hand-off to PV warpgroup 0 seeing it"""
+      to_pv      IN(n) - PUB(n): from the hand-off to PV warpgroup 0 seeing it
+      logits     LG(n) - QK(n): k scales, logits and row maxima
+      page_wait  PG(n) - LG(n): the wait for page n + 1's kv_full (0 at a piece's last block)"""
     smx, pv = c.roles.get("smx", []), c.roles.get("pv0", [])
+    k = SMX_STAMPS
     out = []
-    for n in range(min(len(smx), len(pv)) // 2):
-        qk, pub, i, o = smx[2 * n], smx[2 * n + 1], pv[2 * n], pv[2 * n + 1]
-        wait = qk - smx[2 * n - 1] if n else None
+    for n in range(min(len(smx) // k, len(pv) // 2)):
+        qk, lg, pg, pub = smx[k * n:k * n + k]
+        i, o = pv[2 * n], pv[2 * n + 1]
+        wait = qk - smx[k * n - 1] if n else None
         starve = i - pv[2 * n - 1] if n else None
-        out.append((n, pub - qk, wait, o - i, starve, i - pub))
+        out.append((n, pub - qk, wait, o - i, starve, i - pub, lg - qk, pg - lg))
     return out
 
 
@@ -136,8 +144,10 @@ def summarize_ws(name: str, ctas: dict[tuple[int, int], Cta], dropped: int) -> N
           + (f", {dropped} dropped: lines lost" if dropped else "") + ")")
     print(f"  median per block: softmax work {med(1):.2f}  softmax wait {med(2):.2f}  PV work {med(3):.2f}  "
           f"PV starve {med(4):.2f}  hand-off to PV {med(5):.2f} us")
-    period = [c.roles["smx"][2 * n + 1] - c.roles["smx"][2 * n - 1]
-              for c in busy for n in range(1, len(c.roles["smx"]) // 2)]
+    print(f"  softmax work, first part: logits {med(6):.2f}  wait for the next page {med(7):.2f} us")
+    k = SMX_STAMPS
+    period = [c.roles["smx"][k * n + k - 1] - c.roles["smx"][k * n - 1]
+              for c in busy for n in range(1, len(c.roles["smx"]) // k)]
     if period:
         print(f"  median block period (hand-off to hand-off): {statistics.median(period) / 1e3:.2f} us")
 

@@ -120,7 +120,9 @@ __device__ __forceinline__ void softmax_blocks(float (&acc_a)[32], float (&acc_b
     float ks[16];
     load_k_scales(ss.kv_scale[stage], t, ks);
     auto issue_a = [&] {
+      bt.mark();  // logits and row maxima of n done
       StageRing<KV_STAGES>::wait_full(ss.kv_full, n + 1);
+      bt.mark();  // page n + 1 in
       issue_chain_a(acc_a, ss, (n + 1) % KV_STAGES);
     };
     wgmma_fence_operands(s);
@@ -173,8 +175,9 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
       mbarrier_arrive(&ss.q_empty[0]);  // the piece's last QK retired: the producer may load the next tile
       float ks[16];
       load_k_scales(ss.kv_scale[last % KV_STAGES], t, ks);
-      softmax_and_publish<true>(s, ks, ss, last % KV_STAGES, pc.blk_end - 1, q_mul, limit, row0, t, st, [] {},
-                                [] {});
+      // No next page to wait for: its two stamps mark the same moment (the trace's page wait is 0).
+      softmax_and_publish<true>(s, ks, ss, last % KV_STAGES, pc.blk_end - 1, q_mul, limit, row0, t, st,
+                                [&] { bt.mark(); bt.mark(); }, [] {});
       bt.mark();
     }
     block_idx += n_blocks;
