@@ -1,0 +1,193 @@
+// The floor of the ws decode kernel's per-page work on one SM when nothing waits for anything: its three roles run
+// their shared-memory and tensor work for ITERS pages each, with no barrier between them, on the kernel's own
+// SharedStorage and with the kernel's own primitives. Question it answers: the kernel takes ~2450 cycles per page
+// and 64-row tile at h_q 128 (H100, docs/design.md section 2), with the shared-memory datapath 80 % busy; is that
+// the mix's own throughput (no schedule can do much better), or does the kernel's chain of waits leave room?
+// The 1.5x goal needs ~2070.
+//
+// Grid: one CTA per SM, 512 threads, the ws kernel's register split (ws/config.h). Roles, each over ITERS pages:
+//   softmax-like (WG3)  the block's k scales (load_k_scales), QK as chains A and B (8 + 8 FP8 SS m64n64k32 and
+//                       4 BF16 SS m64n64k16, qk_steps.cuh), both retired, their fp32 sum, P8 packing and the P^T
+//                       stores of the hand-off (publish_pt) and its proxy fence; no softmax arithmetic beyond that;
+//   PV (WG0, WG1)       pv_block_lean of block_pv.cuh as the kernel runs it (4 m-tiles of 2 RS QGMMA, V^T by
+//                       ldmatrix.trans, the fold scales, the fp32 folds), without its stage release;
+//   producer (WG2)      lane 0 bulk-loads one page (41216 B, the kernel's three copies) per iteration from an
+//                       L2-resident source, two in flight.
+// The math roles read stages 0 and 1 (page it % 2); the producer writes stages 2 and 3. Values are zeros.
+// Printed per role mask (1 softmax-like, 2 PV, 4 producer; 7 all): cycles per page of each role, median over the
+// CTAs (clock64 from its first to its last page), and the slowest role's.
+//   build (CUTLASS: the headers setup.py finds, e.g. third_party/cutlass or the nvidia-cutlass package's source/):
+//          nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -I csrc -I $CUTLASS/include -o /tmp/datapath_mix \
+//            tools/microbench/datapath_mix.cu
+//   run:   timeout 120 /tmp/datapath_mix
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "host_timing.h"
+#include "kernels/sm90/common/mbarrier.cuh"
+#include "kernels/sm90/common/tma.cuh"
+#include "kernels/sm90/decode_fp8/shared/block_pv.cuh"
+#include "kernels/sm90/decode_fp8/shared/exchange.cuh"
+#include "kernels/sm90/decode_fp8/shared/kernel_prologue.cuh"
+#include "kernels/sm90/decode_fp8/shared/qk_steps.cuh"
+#include "kernels/sm90/decode_fp8/shared/schedule.cuh"
+#include "kernels/sm90/decode_fp8/shared/softmax.cuh"
+#include "kernels/sm90/decode_fp8/ws/config.h"
+#include "kv_layout.h"
+
+using namespace snapmla::sm90;
+using namespace snapmla::sm90::decode_fp8;
+namespace kvl = snapmla::kv_layout;
+
+namespace {
+
+using microbench::check;
+
+constexpr int ITERS = 512;       // pages per role and CTA
+constexpr int SRC_PAGES = 256;   // 10.5 MB of source pages: L2-resident after the first launch
+constexpr int ROLES = 3;         // softmax-like, PV (warpgroup 0's clock), producer
+
+__device__ __forceinline__ void softmax_like(SharedStorage& ss, float& sink) {
+  const auto [warp, lane, t, row0] = math_thread();
+  float acc_a[32], acc_b[32];
+  for (int it = 0; it < ITERS; ++it) {
+    const int stage = it % 2;
+    float ks[16];
+    load_k_scales(ss.kv_scale[stage], t, ks);
+    wgmma_fence_operands(acc_a);
+    cute::warpgroup_arrive();
+    issue_qk_content_steps<0, ws::WS_CHAIN_STEPS>(acc_a, q_content_desc(ss), k_content_desc(ss, stage));
+    cute::warpgroup_commit_batch();
+    wgmma_fence_operands(acc_b);
+    cute::warpgroup_arrive();
+    issue_qk_content_steps<ws::WS_CHAIN_STEPS, ws::WS_CHAIN_STEPS>(acc_b, q_content_desc(ss),
+                                                                    k_content_desc(ss, stage));
+    issue_qk_rope_steps(acc_b, q_rope_desc(ss), k_rope_desc(ss, stage));
+    cute::warpgroup_commit_batch();
+    cute::warpgroup_wait<0>();
+    wgmma_fence_operands(acc_a);
+    wgmma_fence_operands(acc_b);
+    float s[32];
+#pragma unroll
+    for (int k = 0; k < 32; ++k) s[k] = (acc_a[k] + acc_b[k]) * ks[2 * (k / 4) + k % 2];
+    uint32_t p[8];
+    const float inv[2] = {1.f, 1.f};
+    pack_p(s, inv, p);
+    publish_pt(smem_u32(ss.kv_rope[stage]), p, row0, t);
+    fence_proxy_async_smem();
+    sink += s[0] + s[31];  // static indices: a dynamic one would put s in local memory
+  }
+}
+
+__device__ __forceinline__ void pv_role(SharedStorage& ss, int pv, float& sink) {
+  const auto [warp, lane, t, row0] = math_thread();
+  float o[PV_M_TILES][32];
+#pragma unroll
+  for (int m = 0; m < PV_M_TILES; ++m) {
+#pragma unroll
+    for (int k = 0; k < 32; ++k) o[m][k] = 0.f;
+  }
+#pragma unroll 1
+  for (int it = 0; it < ITERS; ++it) pv_block_lean<false>(o, ss, it % 2, pv, warp, lane, BLOCK_N, false);
+#pragma unroll
+  for (int m = 0; m < PV_M_TILES; ++m) sink += o[m][0] + o[m][31];
+}
+
+__device__ __forceinline__ void producer(SharedStorage& ss, const uint8_t* src) {
+  for (int it = 0; it < ITERS; ++it) {
+    const int stage = 2 + it % 2;
+    uint64_t* bar = &ss.kv_full[stage];
+    if (it >= 2) mbarrier_wait(bar, ((it - 2) / 2) & 1);
+    mbarrier_arrive_expect_tx(bar, kvl::PAGE_BYTES);
+    const uint8_t* pg = src + static_cast<size_t>(it % SRC_PAGES) * kvl::PAGE_BYTES;
+    bulk_load(ss.kv_content[stage], pg + kvl::CONTENT_OFFSET, CONTENT_TILES * CONTENT_TILE_BYTES, bar);
+    bulk_load(ss.kv_rope[stage], pg + kvl::ROPE_OFFSET, ROPE_TILE_BYTES, bar);
+    bulk_load(ss.kv_scale[stage], pg + kvl::SCALE_OFFSET, BLOCK_N * kvl::SCALE_TOKEN_BYTES, bar);
+  }
+  for (int it = ITERS - 2; it < ITERS; ++it) mbarrier_wait(&ss.kv_full[2 + it % 2], (it / 2) & 1);
+}
+
+__global__ void __launch_bounds__(ws::WS_THREADS, 1) mix_kernel(const uint8_t* src, int mask,
+                                                               long long* cycles, float* sink) {
+  extern __shared__ uint8_t smem_raw[];
+  SharedStorage& ss = aligned_storage<SharedStorage>(smem_raw);
+  // Zeros everywhere the roles read (finite operands; the tensor cores' timing does not depend on values).
+  for (int i = threadIdx.x; i < static_cast<int>(sizeof(SharedStorage) / 4); i += blockDim.x)
+    reinterpret_cast<uint32_t*>(&ss)[i] = 0u;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < KV_STAGES; ++s) mbarrier_init(&ss.kv_full[s], 1);
+    fence_barrier_init();
+  }
+  fence_proxy_async_smem();  // the zeros, before WGMMAs read them
+  __syncthreads();
+  const int wg = threadIdx.x / WG_THREADS;
+  float acc = 0.f;
+  long long t0 = 0, t1 = 0;
+  if (wg == PRODUCER_WG) {
+    cutlass::arch::warpgroup_reg_dealloc<ws::WS_PRODUCER_REGS>();
+    if ((mask & 4) && threadIdx.x == PRODUCER_WG * WG_THREADS) {
+      t0 = clock64();
+      producer(ss, src);
+      t1 = clock64();
+    }
+  } else if (wg == ws::SOFTMAX_WG) {
+    cutlass::arch::warpgroup_reg_dealloc<ws::WS_SOFTMAX_REGS>();
+    if (mask & 1) {
+      t0 = clock64();
+      softmax_like(ss, acc);
+      t1 = clock64();
+    }
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<ws::WS_PV_REGS>();
+    if (mask & 2) {
+      t0 = clock64();
+      pv_role(ss, wg, acc);
+      t1 = clock64();
+    }
+  }
+  if (threadIdx.x % WG_THREADS == 0) {
+    const int role = wg == ws::SOFTMAX_WG ? 0 : wg == PRODUCER_WG ? 2 : wg == 0 ? 1 : -1;
+    if (role >= 0) cycles[blockIdx.x * ROLES + role] = t1 - t0;
+  }
+  if (acc == 12345.f) sink[blockIdx.x] = acc;  // keeps the math alive; never true on zeros
+}
+
+}  // namespace
+
+int main() {
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SM count");
+  uint8_t* src = nullptr;
+  long long* cycles = nullptr;
+  float* sink = nullptr;
+  check(cudaMalloc(&src, static_cast<size_t>(SRC_PAGES) * kvl::PAGE_BYTES), "source");
+  check(cudaMemset(src, 0, static_cast<size_t>(SRC_PAGES) * kvl::PAGE_BYTES), "source");
+  check(cudaMalloc(&cycles, sizeof(long long) * sms * ROLES), "cycles");
+  check(cudaMalloc(&sink, sizeof(float) * sms), "sink");
+  check(cudaFuncSetAttribute(mix_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES), "smem");
+  const char* names[ROLES] = {"softmax-like", "PV", "producer"};
+  std::printf("%d CTAs x %d pages, cycles per page (median over CTAs; 0 = role off)\n", sms, ITERS);
+  for (int mask : {1, 2, 4, 3, 5, 6, 7}) {
+    check(cudaMemset(cycles, 0, sizeof(long long) * sms * ROLES), "clear");
+    const float ms = microbench::fastest_ms(
+        [&] { mix_kernel<<<sms, ws::WS_THREADS, SMEM_BYTES>>>(src, mask, cycles, sink); }, 3, 1);
+    std::vector<long long> h(static_cast<size_t>(sms) * ROLES);
+    check(cudaMemcpy(h.data(), cycles, sizeof(long long) * h.size(), cudaMemcpyDeviceToHost), "copy");
+    double worst = 0;
+    std::printf("mask %d (%.3f ms):", mask, ms);
+    for (int r = 0; r < ROLES; ++r) {
+      std::vector<long long> v;
+      for (int c = 0; c < sms; ++c) v.push_back(h[static_cast<size_t>(c) * ROLES + r]);
+      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+      const double per = static_cast<double>(v[v.size() / 2]) / ITERS;
+      worst = std::max(worst, per);
+      std::printf("  %s %.0f", names[r], per);
+    }
+    std::printf("  | slowest role %.0f\n", worst);
+  }
+  return 0;
+}
