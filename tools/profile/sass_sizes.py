@@ -135,11 +135,12 @@ def loop_stalls(sass: str) -> list[tuple[tuple[int, int], int, Counter]]:
     is the cycles one warp needs for an iteration on its fixed-latency schedule alone: a lower bound on the
     iteration's time, which the measured time exceeds by the scoreboard waits."""
     stalls = stall_counts(sass)
+    instructions = _instructions(sass)
     out = []
     for b, e in loop_spans(sass):
         per_op: Counter = Counter()
         n = 0
-        for addr, op, _ in _instructions(sass):
+        for addr, op, _ in instructions:
             if b <= addr <= e:
                 per_op[op.split(".")[0]] += stalls.get(addr, 0)
                 n += 1
