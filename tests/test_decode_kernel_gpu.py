@@ -40,17 +40,21 @@ CASES = [
     ("narrow_h8_varlen", 4, 1, 8, [1, 63, 64, 1000], False, None),
     ("narrow_causal_sq2_h8", 2, 2, 8, [130, 64], True, None),
     ("narrow_h3_split_empty", 3, 1, 3, [2000, 0, 777], False, 30),
-    # The combine's two layouts (combine/launch.h COMBINE_SPLIT_ROWS_MAX = 4096 rows): one request in 65 pieces
-    # (more than the 32 weights a warp holds at a time: the chunk loop), and 40 x 128 = 5120 rows split in two or
+    # The combine's two layouts (combine/layout.h COMBINE_SPLIT_ROWS_MAX = 4096 rows): one request in 65 pieces
+    # (more than the 32 weights a warp holds at a time: three chunks), and 40 x 128 = 5120 rows split in two or
     # three pieces each (one warp per row), with causal rows that see nothing in their last piece.
     ("combine_65_pieces_h64", 1, 1, 64, [8192], False, 132),
     ("combine_5120_rows_h128", 40, 1, 128, [1500 + 37 * i for i in range(40)], False, 50),
     ("combine_causal_sq2_rows_h128", 20, 2, 128, [700] * 19 + [65], True, 40),
-    # Piece sets of the one-row-per-CTA layout (combine/piece_sets.h combine_piece_groups): b = 4 at 50 parts picks
-    # 2 sets (requests of 13 to 20 pieces: both sets load), b = 1 at 132 parts 4 sets but a request of 11 blocks
-    # (sets 2 and 3 have no load group and add zeros), b = 2 at 132 parts 4 sets with 67-piece requests.
-    ("combine_2_piece_sets_h64", 4, 1, 64, [3000, 2200, 64 * 40 + 3, 1], False, 50),
+    # The few-rows layout's shapes (combine/layout.h choose_combine_layout): 64 rows as 2 CTAs per row of 8 sets
+    # (above); 16 rows as 4 CTAs per row of 16 sets of one warp (65 pieces: sets 5-15 load nothing); b = 4 at 50
+    # parts one set (requests of 13 to 20 pieces: two load rounds in one chunk); b = 1 h_q 128 at 132 parts 4 sets
+    # over a request of 11 blocks (sets 1-3 add zeros) and over one of 132 pieces (two or three rounds per set,
+    # each in another chunk); b = 2 causal s_q 2 h_q 32 (128 rows, 4 sets, 67-piece requests).
+    ("combine_65_pieces_h16", 1, 1, 16, [8192], False, 132),
+    ("combine_1_set_h64", 4, 1, 64, [3000, 2200, 64 * 40 + 3, 1], False, 50),
     ("combine_4_sets_few_pieces_h128", 1, 1, 128, [700], False, 132),
+    ("combine_132_pieces_4_sets_h128", 1, 1, 128, [65536], False, 132),
     ("combine_4_sets_causal_sq2_h32", 2, 2, 32, [8191, 4300], True, 132),
 ]
 
