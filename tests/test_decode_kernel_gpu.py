@@ -46,13 +46,13 @@ CASES = [
     ("combine_65_pieces_h64", 1, 1, 64, [8192], False, 132),
     ("combine_5120_rows_h128", 40, 1, 128, [1500 + 37 * i for i in range(40)], False, 50),
     ("combine_causal_sq2_rows_h128", 20, 2, 128, [700] * 19 + [65], True, 40),
-    # The few-rows layout's shapes (combine/layout.h choose_combine_layout): 64 rows as 2 CTAs per row of 8 sets
-    # (above); 16 rows as 4 CTAs per row of 16 sets of one warp (65 pieces: sets 5-15 load nothing); b = 4 at 50
-    # parts one set (requests of 13 to 20 pieces: two load rounds in one chunk); b = 1 h_q 128 at 132 parts 4 sets
-    # over a request of 11 blocks (sets 1-3 add zeros) and over one of 132 pieces (two or three rounds per set,
-    # each in another chunk); b = 2 causal s_q 2 h_q 32 (128 rows, 4 sets, 67-piece requests).
+    # The few-rows layouts (combine/layout.h choose_combine_layout). Fan-out: 64 rows as 2 CTAs per row of 8 sets
+    # (above); 16 rows as 4 CTAs per row of 16 sets of one warp (65 pieces: sets 5-15 load nothing); b = 1 h_q 128
+    # at 132 parts 4 sets over a request of 11 blocks (sets 1-3 add zeros) and over one of 132 pieces (two or
+    # three rounds per set, each in another chunk). One CTA per row: b = 4 at 50 parts 2 sets (requests of 13 to
+    # 20 pieces: both sets load); b = 2 causal s_q 2 h_q 32 is 128 rows, fan-out with 4 sets over 67 pieces.
     ("combine_65_pieces_h16", 1, 1, 16, [8192], False, 132),
-    ("combine_1_set_h64", 4, 1, 64, [3000, 2200, 64 * 40 + 3, 1], False, 50),
+    ("combine_2_piece_sets_h64", 4, 1, 64, [3000, 2200, 64 * 40 + 3, 1], False, 50),
     ("combine_4_sets_few_pieces_h128", 1, 1, 128, [700], False, 132),
     ("combine_132_pieces_4_sets_h128", 1, 1, 128, [65536], False, 132),
     ("combine_4_sets_causal_sq2_h32", 2, 2, 32, [8191, 4300], True, 132),

@@ -34,15 +34,18 @@ void check_walk(int n, int sets, int group) {
     EXPECT(rounds <= (groups + sets - 1) / sets, "n %d sets %d group %d: set %d runs %d load rounds", n, sets, group,
            set, rounds);
   }
-  for (int i = 0; i < n; ++i) EXPECT(reads[i] == 1, "n %d sets %d group %d: piece %d read %d times", n, sets, group, i, reads[i]);
+  for (int i = 0; i < n; ++i)
+    EXPECT(reads[i] == 1, "n %d sets %d group %d: piece %d read %d times", n, sets, group, i, reads[i]);
 }
 
 void check_walks() {
-  EXPECT(combine_group_fits_chunks(COMBINE_FEW_ROWS_GROUP) && combine_group_fits_chunks(COMBINE_MANY_ROWS_GROUP),
+  EXPECT(combine_group_fits_chunks(COMBINE_FAN_OUT_GROUP) && combine_group_fits_chunks(COMBINE_ROW_CTA_GROUP) &&
+             combine_group_fits_chunks(COMBINE_MANY_ROWS_GROUP),
          "load groups divide the 32-piece chunk");
   EXPECT(!combine_group_fits_chunks(12), "a group of 12 straddles chunks and must not pass");
   for (int n = 1; n <= 300 && g_failures == 0; ++n) {
-    for (int sets : {1, 2, 4, 8, 16}) check_walk(n, sets, COMBINE_FEW_ROWS_GROUP);
+    for (int sets : {1, 2, 4, 8, 16}) check_walk(n, sets, COMBINE_FAN_OUT_GROUP);
+    for (int sets : {1, 2, 4}) check_walk(n, sets, COMBINE_ROW_CTA_GROUP);
     check_walk(n, 1, COMBINE_MANY_ROWS_GROUP);
   }
 }
@@ -50,7 +53,7 @@ void check_walks() {
 void check_choice() {
   for (int parts = 1; parts <= 264; ++parts) {
     for (int q_rows : {1, 3, 16, 32, 64, 128, 256, 1024}) {
-      int prev_sets = 1 << 30;
+      int prev_sets = 1 << 30, prev_group = 0;  // sets do not grow with b within one layout
       for (int b = 1; b <= 512; ++b) {
         const int64_t rows = static_cast<int64_t>(b) * q_rows;
         const CombineLayout lt = choose_combine_layout(rows, b, parts);
@@ -61,12 +64,22 @@ void check_choice() {
         EXPECT(w == 1 || w == 2 || w == 4, "b %d q_rows %d: %d warps per set", b, q_rows, w);
         EXPECT(lt.sets >= 1 && (lt.sets & (lt.sets - 1)) == 0 && 32 * w * lt.sets <= COMBINE_MAX_THREADS,
                "b %d q_rows %d parts %d: %d sets of %d warps", b, q_rows, parts, lt.sets, w);
-        EXPECT(lt.sets <= prev_sets, "b %d q_rows %d parts %d: more sets than at b - 1", b, q_rows, parts);
+        EXPECT(lt.sets <= prev_sets || lt.group != prev_group, "b %d q_rows %d parts %d: more sets than at b - 1", b,
+               q_rows, parts);
         prev_sets = lt.sets;
-        // Enough sets for one load round per set whenever the thread limit allows it.
-        const int expected_groups = (parts / b + 1 + COMBINE_FEW_ROWS_GROUP - 1) / COMBINE_FEW_ROWS_GROUP;
-        EXPECT(lt.sets >= expected_groups || 32 * w * lt.sets == COMBINE_MAX_THREADS,
+        prev_group = lt.group;
+        const bool fan_out = rows <= COMBINE_FAN_OUT_ROWS_MAX;
+        EXPECT(lt.group == (fan_out ? COMBINE_FAN_OUT_GROUP : COMBINE_ROW_CTA_GROUP), "rows %lld: group %d",
+               static_cast<long long>(rows), lt.group);
+        EXPECT(fan_out || (w == 4 && lt.sets <= 4), "rows %lld: one CTA per row, up to 4 sets",
+               static_cast<long long>(rows));
+        // Fan-out: enough sets for one load round per set whenever the thread limit allows it.
+        const int expected_groups = (parts / b + 1 + lt.group - 1) / lt.group;
+        EXPECT(!fan_out || lt.sets >= expected_groups || 32 * w * lt.sets == COMBINE_MAX_THREADS,
                "b %d parts %d: %d sets for %d expected groups", b, parts, lt.sets, expected_groups);
+        // One CTA per row: no set without a group of the expected pieces.
+        EXPECT(fan_out || lt.sets <= expected_groups || lt.sets == 1, "b %d parts %d: %d sets for %d groups", b,
+               parts, lt.sets, expected_groups);
       }
     }
   }
@@ -80,9 +93,10 @@ void check_choice() {
   const CombineLayout b1_h16 = choose_combine_layout(16, 1, 132);
   EXPECT(b1_h16.sets == 16, "combine_65_pieces_h16: 16 sets of 1 warp (got %d)", b1_h16.sets);
   EXPECT(choose_combine_layout(128, 1, 132).sets == 4, "combine_4_sets_few_pieces_h128");
-  EXPECT(choose_combine_layout(256, 4, 50).sets == 1, "combine_1_set_h64: b = 4 at 50 parts, 13 pieces");
+  EXPECT(choose_combine_layout(256, 4, 50).sets == 2, "combine_2_piece_sets_h64: b = 4 at 50 parts, 13 pieces");
   EXPECT(choose_combine_layout(256, 4, 132).sets == 4, "b4 at 132 parts (h_q 64): ~34 pieces");
-  EXPECT(choose_combine_layout(1024, 16, 132).sets == 1, "b16 at 132 parts (h_q 64)");
+  EXPECT(choose_combine_layout(1024, 16, 132).sets == 2, "b16 at 132 parts (h_q 64): ~9 pieces");
+  EXPECT(choose_combine_layout(2048, 16, 66).sets == 1, "b16 at 66 parts (h_q 128): ~5 pieces");
   EXPECT(choose_combine_layout(8192, 64, 66).many_rows, "b64 h_q 128");
   EXPECT(choose_combine_layout(64, 0, 132).sets >= 1, "b = 0 does not divide by zero");
 }

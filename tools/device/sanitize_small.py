@@ -32,8 +32,8 @@ CASES = [  # (b, s_q, h_q, seqlens, causal, num_sm_parts, forced decode kernel)
     # The narrow kernel (q_rows <= 16), causal, forced split, both warpgroups. Forced, so that the case stays on
     # it whatever the automatic choice (kernel_choice.h).
     (3, 2, 8, [200, 1, 0], True, 4, "narrow"),
-    # The combine's few-rows layouts (combine/layout.h choose_combine_layout): 64 rows as 2 CTAs per row, 2 sets over
-    # ~25 pieces (set 0 in two chunks); 2 x 32 rows as 2 CTAs per row, 1 set over ~16.
+    # The combine's fan-out layout (combine/layout.h choose_combine_layout): 64 rows as 2 CTAs per row, 2 sets over
+    # ~25 pieces; 2 x 32 rows as 2 CTAs per row, 1 set over ~16.
     (1, 1, 64, [2000], False, 24, "auto"),
     (2, 1, 32, [1500, 900], False, 30, "auto"),
     # 71 pieces per CTA in both kernels (past the 64 output rows that

@@ -10,13 +10,15 @@
 //   lse = lse2 * ln 2 (natural log); a row whose pieces are all empty gets o = 0, lse = +inf.
 // Empty pieces are skipped by select, never weighted by 0: their o_accum rows are not guaranteed to be finite.
 //
-// Work split (layout.h): few rows (small batch) spread each row over 1, 2 or 4 CTAs and up to 16 sets of warps
-// that take the row's load groups of 16 pieces round robin, so that a request of up to ~128 pieces is one round
-// of loads per lane; many rows take one warp per row, 4 rows per CTA, groups of 2 pieces.
+// Work split (layout.h): up to 128 rows (b = 1 at h_q 128, b <= 2 at 64) spread each row over 1, 2 or 4 CTAs and
+// up to 16 sets of warps that take the row's load groups of 16 pieces round robin, so that a request of up to
+// ~128 pieces is one round of loads per lane; up to 4096 rows one CTA per row with up to 4 sets and groups of 8
+// pieces; many rows one warp per row, 4 rows per CTA, groups of 2 pieces.
 // H200, 2026-12-01 (the earlier few-rows layout: one CTA per row, up to 4 sets of 4 warps, groups of 8): one warp
 // per row walking pieces one load group at a time took 20.1 us at b1 h64 (4 warps per row: 7.1 us, with 4 sets
 // 5.9 us); 4 warps per row for every shape took 28.6 us at b64 h128 32k (8192 CTAs, each a chain of dependent
-// global loads; one warp per row had taken 10.5 us).
+// global loads; one warp per row had taken 10.5 us). The fan-out: 1.05-1.08x for the whole call at b = 1
+// (H100, 2026-12-07, docs/design.md section 1).
 // Latency per CTA: num_splits -> the o loads of the set's first group (issued before anything else is known;
 // every piece of the row has an o_accum row, an empty piece's is loaded and never used) and the row's lse
 // values -> max, sum, the chunk's weights -> FMAs -> the sets' partial sums in shared memory -> store.
@@ -64,8 +66,8 @@ struct Layout {
   static_assert(ROWS_PER_CTA == 1 || COL_SPLIT == 1, "a row's columns split over CTAs only with one row per CTA");
 };
 using ManyRows = Layout<1, 1, 4, 4, COMBINE_MANY_ROWS_GROUP>;
-template <int WARPS_PER_SET, int SETS>
-using FewRows = Layout<WARPS_PER_SET, SETS, 1, 1, COMBINE_FEW_ROWS_GROUP>;
+template <int WARPS_PER_SET, int SETS, int GROUP>
+using FewRows = Layout<WARPS_PER_SET, SETS, 1, 1, GROUP>;
 
 // The o loads of pieces j0 .. j0 + GROUP - 1 that exist (j < n; zeros past n). An empty piece's row is loaded
 // too: it is allocated, and its value is never used (the FMAs skip it by the live mask).
@@ -171,7 +173,8 @@ __global__ void __launch_bounds__(Lt::THREADS)
   if constexpr (SETS > 1) {
     if (set > 0) {
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) partial[set - 1][set_tid][k] = make_float4(acc[k][0], acc[k][1], acc[k][2], acc[k][3]);
+      for (int k = 0; k < VEC; ++k)
+        partial[set - 1][set_tid][k] = make_float4(acc[k][0], acc[k][1], acc[k][2], acc[k][3]);
     }
     __syncthreads();
     if (set > 0) return;
@@ -205,14 +208,15 @@ void launch_layout(const DecodeParams& params, unsigned row_ctas, cudaStream_t s
              params.q_rows);
 }
 
-// Few rows: the smallest instantiated set count S >= sets (powers of two up to COMBINE_MAX_THREADS / 32 W).
-template <int WARPS_PER_SET, int S = 1>
+// Fan-out and one CTA per row: the smallest instantiated set count S >= sets (powers of two up to
+// COMBINE_MAX_THREADS / 32 W).
+template <int WARPS_PER_SET, int GROUP, int S = 1>
 void launch_few_rows(const DecodeParams& params, int sets, cudaStream_t stream) {
   if constexpr (32 * WARPS_PER_SET * S * 2 > COMBINE_MAX_THREADS) {
-    launch_layout<FewRows<WARPS_PER_SET, S>>(params, params.q_rows, stream);
+    launch_layout<FewRows<WARPS_PER_SET, S, GROUP>>(params, params.q_rows, stream);
   } else {
-    if (sets <= S) launch_layout<FewRows<WARPS_PER_SET, S>>(params, params.q_rows, stream);
-    else launch_few_rows<WARPS_PER_SET, 2 * S>(params, sets, stream);
+    if (sets <= S) launch_layout<FewRows<WARPS_PER_SET, S, GROUP>>(params, params.q_rows, stream);
+    else launch_few_rows<WARPS_PER_SET, GROUP, 2 * S>(params, sets, stream);
   }
 }
 
@@ -225,10 +229,14 @@ void launch_combine(const DecodeParams& params, cudaStream_t stream) {
     launch_layout<ManyRows>(params, (params.q_rows + 3) / 4, stream);
     return;
   }
+  if (lt.group == COMBINE_ROW_CTA_GROUP) {
+    launch_few_rows<4, COMBINE_ROW_CTA_GROUP>(params, lt.sets, stream);
+    return;
+  }
   switch (lt.warps_per_set) {
-    case 4: launch_few_rows<4>(params, lt.sets, stream); break;
-    case 2: launch_few_rows<2>(params, lt.sets, stream); break;
-    default: launch_few_rows<1>(params, lt.sets, stream); break;
+    case 4: launch_few_rows<4, COMBINE_FAN_OUT_GROUP>(params, lt.sets, stream); break;
+    case 2: launch_few_rows<2, COMBINE_FAN_OUT_GROUP>(params, lt.sets, stream); break;
+    default: launch_few_rows<1, COMBINE_FAN_OUT_GROUP>(params, lt.sets, stream); break;
   }
 }
 

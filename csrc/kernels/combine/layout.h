@@ -1,17 +1,21 @@
 // The combine's work split (combine.cu), in one place for the kernel, its host-side choice (launch_combine) and
 // the host unit test (tests/cpp/test_combine_layout.cpp).
 //
-// Two layouts:
+// Three layouts:
 //   - many rows (b * q_rows > COMBINE_SPLIT_ROWS_MAX; b = 64, h_q = 128: 8192 rows x ~2 pieces): 4 rows per CTA,
 //     one warp per row, lane l the float4s at columns 4 l + 128 k (k < 4); load groups of 2 pieces (8 loads in
 //     flight per lane).
-//   - few rows (small batch, where a request has many pieces: b = 1, h_q = 64, 8k tokens is 64 rows x 65
-//     pieces, 8.5 MB of partial outputs): each row's 512 columns over 1, 2 or 4 CTAs (col_split), each CTA
-//     `sets` sets of 4 / col_split warps (warps_per_set), lane l of warp w one float4 at column
-//     slice * 512 / col_split + 128 w + 4 l; load groups of 16 pieces (16 loads in flight per lane).
+//   - fan-out (b * q_rows <= COMBINE_FAN_OUT_ROWS_MAX; b = 1, h_q = 64, 8k tokens is 64 rows x 65 pieces, 8.5 MB
+//     of partial outputs): each row's 512 columns over 1, 2 or 4 CTAs (col_split), each CTA `sets` sets of
+//     4 / col_split warps (warps_per_set), lane l of warp w one float4 at column slice * 512 / col_split + 128 w
+//     + 4 l; load groups of 16 pieces (16 loads in flight per lane, ~116 registers).
+//   - one CTA per row (the rows between): 1, 2 or 4 sets of 4 warps, load groups of 8 pieces (~70 registers, so
+//     that the 256-2048 CTAs of b = 4-16 run in one or two waves; the fan-out's registers took two waves more
+//     there: 0.90x at b = 4, h_q 64 on an H100).
 // A row's load groups are dealt round robin to its sets: set s takes groups s, s + sets, s + 2 sets, ... Its
-// latency is one load round per group it owns, so the choice below aims for one group per set, and for at least
-// ~128 CTAs on the 132-SM H200 (col_split), since a row's CTA streams up to 133 KB of partial outputs.
+// latency is one load round per group it owns, so the choice below aims for one group per set, and, for few
+// rows, for at least ~128 CTAs on the 132-SM H200 (col_split), since a row's CTA streams up to 133 KB of partial
+// outputs.
 #pragma once
 
 #include <cstdint>
@@ -22,14 +26,17 @@ namespace snapmla::combine {
 
 inline constexpr int64_t COMBINE_SPLIT_ROWS_MAX = 4096;  // above: the many-rows layout
 inline constexpr int COMBINE_CHUNK_PIECES = 32;          // lse values a warp holds at a time (one per lane)
-inline constexpr int COMBINE_FEW_ROWS_GROUP = 16;        // pieces per load group, few rows (one float4 each)
+inline constexpr int64_t COMBINE_FAN_OUT_ROWS_MAX = 128;  // up to: the fan-out layout
+inline constexpr int COMBINE_FAN_OUT_GROUP = 16;         // pieces per load group, fan-out (one float4 each)
+inline constexpr int COMBINE_ROW_CTA_GROUP = 8;          // pieces per load group, one CTA per row (one float4)
 inline constexpr int COMBINE_MANY_ROWS_GROUP = 2;        // pieces per load group, many rows (four float4 each)
-inline constexpr int COMBINE_MAX_THREADS = 512;          // per CTA, few rows (~100 registers per thread)
+inline constexpr int COMBINE_MAX_THREADS = 512;          // per CTA (fan-out: ~116 registers per thread)
 
 struct CombineLayout {
   bool many_rows;
-  int warps_per_set;  // few rows: 1, 2 or 4 (col_split = 4 / warps_per_set CTAs per row)
-  int sets;           // few rows: 1, 2, 4, 8 or 16, with 32 * warps_per_set * sets <= COMBINE_MAX_THREADS
+  int warps_per_set;  // 1, 2 or 4 (col_split = 4 / warps_per_set CTAs per row); 4 with one CTA per row
+  int sets;           // 1, 2, 4, 8 or 16, with 32 * warps_per_set * sets <= COMBINE_MAX_THREADS; many rows: 1
+  int group;          // pieces per load group (COMBINE_FAN_OUT_GROUP, COMBINE_ROW_CTA_GROUP, COMBINE_MANY_ROWS_GROUP)
 };
 
 // Set `set`'s load groups: g = set + k * sets, the pieces [g * group, g * group + group) clipped to n. Every group
@@ -43,16 +50,21 @@ SNAPMLA_HOST_DEVICE constexpr bool combine_group_fits_chunks(int group) {
 // num_sm_parts / b + 1 pieces (sched/plan.h spreads the cost evenly over the parts; short requests get fewer).
 // Any layout is correct for any plan; a request with more groups than sets runs more load rounds.
 inline CombineLayout choose_combine_layout(int64_t rows, int b, int num_sm_parts) {
-  if (rows > COMBINE_SPLIT_ROWS_MAX) return {true, 1, 1};
-  // CTAs per row so that ~128 or more CTAs share the partial outputs: 64 rows -> 2, 16 rows -> 4.
-  const int col_split = rows >= 128 ? 1 : rows >= 64 ? 2 : 4;
-  const int warps_per_set = 4 / col_split;
-  const int max_sets = COMBINE_MAX_THREADS / (32 * warps_per_set);
+  if (rows > COMBINE_SPLIT_ROWS_MAX) return {true, 1, 1, COMBINE_MANY_ROWS_GROUP};
   const int expected_pieces = num_sm_parts / (b > 0 ? b : 1) + 1;
-  const int groups = (expected_pieces + COMBINE_FEW_ROWS_GROUP - 1) / COMBINE_FEW_ROWS_GROUP;
+  // CTAs per row, fan-out: so that ~128 or more CTAs share the partial outputs (64 rows -> 2, 16 rows -> 4).
+  const int col_split = rows > COMBINE_FAN_OUT_ROWS_MAX || rows >= 128 ? 1 : rows >= 64 ? 2 : 4;
+  const int warps_per_set = 4 / col_split;
+  const int group = rows > COMBINE_FAN_OUT_ROWS_MAX ? COMBINE_ROW_CTA_GROUP : COMBINE_FAN_OUT_GROUP;
+  const int max_sets = COMBINE_MAX_THREADS / (32 * warps_per_set);
+  const int groups = (expected_pieces + group - 1) / group;
   int sets = 1;
-  while (sets < groups && sets < max_sets) sets *= 2;
-  return {false, warps_per_set, sets};
+  if (group == COMBINE_FAN_OUT_GROUP) {
+    while (sets < groups && sets < max_sets) sets *= 2;  // one round per set where the threads allow it
+  } else {
+    while (2 * sets <= groups && 2 * sets <= 4) sets *= 2;  // no idle set: 3 groups take 2 sets (measured as is)
+  }
+  return {false, warps_per_set, sets, group};
 }
 
 }  // namespace snapmla::combine
