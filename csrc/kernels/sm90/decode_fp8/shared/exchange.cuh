@@ -16,10 +16,8 @@
 //                  8 STS.32 per thread; the 8 rows x 4 lanes of a store phase hit 32 distinct banks.
 //   [4096, 5120)   per row (64) a float4 {m, inv, l, o_scale}, written by lane t = 0 of the row's quad: the
 //                  state the next block's softmax starts from (row layout).
-//   [5120, 5424)   o_scale per row (64 fp32 in 76 slots): the fold factor, read by columns (the O^T accumulator's
-//                  columns are the tile rows), in lane order: row 8i + 2t + e at XCHG_SCALE_T_STRIDE t + 2i + e,
-//                  so a reader's 16 are contiguous. The stride of 20 floats puts the quad's 4 LDS.128 addresses in
-//                  banks 0-3, 20-23, 8-11 and 28-31: one wavefront each (16 would put t = 0 and 2 on the same banks).
+//   [5120, 5376)   o_scale per row (64 fp32): the fold factor, read by columns (the O^T accumulator's columns are
+//                  the tile rows).
 //
 // Ordering: the owner's stores are made visible to the async proxy (WGMMA reads P^T) by its fence, released by
 // its arrival on xchg_full[stage] (128 arrivals) and acquired by every reader's wait, the owner's own PV
@@ -40,8 +38,7 @@ namespace snapmla::sm90::decode_fp8 {
 inline constexpr int XCHG_PT_BYTES = BLOCK_M * BLOCK_N;                      // 4096
 inline constexpr int XCHG_STATE_OFFSET = XCHG_PT_BYTES;                      // 4096
 inline constexpr int XCHG_SCALE_OFFSET = XCHG_STATE_OFFSET + BLOCK_M * 16;   // 5120
-inline constexpr int XCHG_SCALE_T_STRIDE = 20;  // floats between the fold scales of quad lanes t and t + 1
-inline constexpr int XCHG_BYTES = XCHG_SCALE_OFFSET + 4 * (3 * XCHG_SCALE_T_STRIDE + 16);  // 5424
+inline constexpr int XCHG_BYTES = XCHG_SCALE_OFFSET + BLOCK_M * 4;           // 5376
 static_assert(XCHG_BYTES <= ROPE_TILE_BYTES, "the hand-off must fit in the RoPE tile it reuses");
 
 // Owner side. tile: shared address of the stage's RoPE tile; p: the packed P words (pack_p); row0: the thread's
@@ -72,10 +69,7 @@ __device__ __forceinline__ void publish_state(uint32_t tile, const RowState (&st
       asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(tile + XCHG_STATE_OFFSET + 16 * row),
                    "f"(st[r].m), "f"(st[r].inv), "f"(st[r].l), "f"(o_scale[r])
                    : "memory");
-      // Lane order: row 8i + 2t + e at 20 t + 2i + e, so that a reader's 16 scales are contiguous (read_col_scales).
-      const int lane_pos = XCHG_SCALE_T_STRIDE * ((row % 8) / 2) + 2 * (row / 8) + row % 2;
-      asm volatile("st.shared.f32 [%0], %1;" ::"r"(tile + XCHG_SCALE_OFFSET + 4 * lane_pos), "f"(o_scale[r])
-                   : "memory");
+      asm volatile("st.shared.f32 [%0], %1;" ::"r"(tile + XCHG_SCALE_OFFSET + 4 * row), "f"(o_scale[r]) : "memory");
     }
   }
 }
@@ -104,18 +98,16 @@ __device__ __forceinline__ void read_block_state(uint32_t tile, int row0, RowSta
 }
 
 // The fold scales of the thread's O^T columns (tile rows 8i + 2t + e) for i = FIRST .. FIRST + COUNT - 1:
-// col_scale[2 (i - FIRST) + e], COUNT / 2 LDS.128 (all 16 columns: FIRST = 0, COUNT = 8).
+// col_scale[2 (i - FIRST) + e], COUNT LDS.64 (all 16 columns: FIRST = 0, COUNT = 8).
 template <int FIRST = 0, int COUNT = 8>
 __device__ __forceinline__ void read_col_scales(uint32_t tile, int t, float (&col_scale)[2 * COUNT]) {
-  static_assert(FIRST >= 0 && COUNT > 0 && FIRST + COUNT <= 8 && FIRST % 2 == 0 && COUNT % 2 == 0,
-                "8 column chunks of the 64 tile rows, two per LDS.128");
+  static_assert(FIRST >= 0 && COUNT > 0 && FIRST + COUNT <= 8, "8 column chunks of the 64 tile rows");
   // Own PTX: a shared-memory access through a 32-bit address (CuTe's copies take pointers: 64-bit registers).
 #pragma unroll
-  for (int i = FIRST; i < FIRST + COUNT; i += 2)
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(col_scale[2 * (i - FIRST)]), "=f"(col_scale[2 * (i - FIRST) + 1]),
-                   "=f"(col_scale[2 * (i - FIRST) + 2]), "=f"(col_scale[2 * (i - FIRST) + 3])
-                 : "r"(tile + XCHG_SCALE_OFFSET + 4 * (XCHG_SCALE_T_STRIDE * t + 2 * i))
+  for (int i = FIRST; i < FIRST + COUNT; ++i)
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];"
+                 : "=f"(col_scale[2 * (i - FIRST)]), "=f"(col_scale[2 * (i - FIRST) + 1])
+                 : "r"(tile + XCHG_SCALE_OFFSET + 4 * (8 * i + 2 * t))
                  : "memory");
 }
 
