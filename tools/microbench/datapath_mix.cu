@@ -14,17 +14,22 @@
 //   producer (WG2)      lane 0 bulk-loads one page (41216 B, the kernel's three copies) per iteration from an
 //                       L2-resident source, two in flight.
 // The math roles read stages 0 and 1 (page it % 2); the producer writes stages 2 and 3. Values are zeros.
+// With --qk-pairs the softmax-like role is candidate D2's (docs/design.md section 4): pages in pairs, each pair's QK
+// one chain of 16 FP8 SS m64n128k32 and 4 BF16 SS m64n128k16 over stages 0 and 1 taken as one interleaved pair
+// (content k-tile c of the pair: the 16 KB at 16 KB x c, 128 token rows; RoPE: both stages' 8 KB), retired, its
+// P8 packing and both pages' P^T stores. The other roles are unchanged (PV still folds every page).
 // Printed per role mask (1 softmax-like, 2 PV, 4 producer; 7 all): cycles per page of each role, median over the
 // CTAs (clock64 from its first to its last page), and the slowest role's.
 //   build (CUTLASS: the headers setup.py finds, e.g. third_party/cutlass or the nvidia-cutlass package's source/):
 //          nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -I csrc -I $CUTLASS/include -o /tmp/datapath_mix \
 //            tools/microbench/datapath_mix.cu
-//   run:   timeout 120 /tmp/datapath_mix
+//   run:   timeout 120 /tmp/datapath_mix [--qk-pairs]
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "host_timing.h"
@@ -83,6 +88,53 @@ __device__ __forceinline__ void softmax_like(SharedStorage& ss, float& sink) {
   }
 }
 
+// D2's QK per pair of pages (header). The accumulator's first 32 values are page a's columns in the N = 64 fragment
+// layout and the last 32 page b's, so each half packs and publishes as one page does.
+__device__ __forceinline__ void softmax_like_pairs(SharedStorage& ss, float& sink) {
+  const auto [warp, lane, t, row0] = math_thread();
+  constexpr uint32_t PAIR_TILE_BYTES = 2 * CONTENT_TILE_BYTES;  // k-tile c of both pages: 128 rows x 128 B
+  static_assert(sizeof(ss.kv_content[0]) == CONTENT_TILES * CONTENT_TILE_BYTES && sizeof(ss.kv_rope[0]) == 8192,
+                "stages 0 and 1 are contiguous: 4 pair k-tiles of 16 KB, and 16 KB of RoPE for 128 rows");
+  float acc[64];
+  for (int it = 0; it < ITERS / 2; ++it) {
+    float ks[16];
+    load_k_scales(ss.kv_scale[0], t, ks);
+    const uint64_t q_desc = q_content_desc(ss), qr_desc = q_rope_desc(ss);
+    const uint64_t k_desc = make_smem_desc(smem_u32(ss.kv_content[0]), QK_DESC_SBO, SmemSwizzle::B128);
+    const uint64_t kr_desc = make_smem_desc(smem_u32(ss.kv_rope[0]), QK_DESC_SBO, SmemSwizzle::B128);
+    wgmma_fence_operands(acc);
+    cute::warpgroup_arrive();
+#pragma unroll
+    for (int kk = 0; kk < QK_CONTENT_STEPS; ++kk) {
+      const uint32_t in_row = (kk % STEPS_PER_SWIZZLE_ROW) * K_STEP_BYTES;
+      const uint32_t q_off16 = ((kk / STEPS_PER_SWIZZLE_ROW) * CONTENT_TILE_BYTES + in_row) >> 4;
+      const uint32_t k_off16 = ((kk / STEPS_PER_SWIZZLE_ROW) * PAIR_TILE_BYTES + in_row) >> 4;
+      detail::fma_ss<gmma::MMA_64x128x32_F32E4M3E4M3_SS_TN<>>(acc, q_desc + q_off16, k_desc + k_off16, kk > 0,
+                                                              std::make_index_sequence<64>{});
+    }
+#pragma unroll
+    for (int kk = 0; kk < QK_ROPE_STEPS; ++kk) {
+      const uint32_t off16 = (kk * K_STEP_BYTES) >> 4;
+      detail::fma_ss<gmma::MMA_64x128x16_F32BF16BF16_SS<gmma::Major::K, gmma::Major::K>>(
+          acc, qr_desc + off16, kr_desc + off16, 1, std::make_index_sequence<64>{});
+    }
+    cute::warpgroup_commit_batch();
+    cute::warpgroup_wait<0>();
+    wgmma_fence_operands(acc);
+#pragma unroll
+    for (int k = 0; k < 64; ++k) acc[k] *= ks[2 * ((k % 32) / 4) + k % 2];
+    const float inv[2] = {1.f, 1.f};
+#pragma unroll
+    for (int page = 0; page < 2; ++page) {
+      uint32_t p[8];
+      pack_p(*reinterpret_cast<const float(*)[32]>(acc + 32 * page), inv, p);
+      publish_pt(smem_u32(ss.kv_rope[page]), p, row0, t);
+    }
+    fence_proxy_async_smem();
+    sink += acc[0] + acc[63];
+  }
+}
+
 __device__ __forceinline__ void pv_role(SharedStorage& ss, int pv, float& sink) {
   const auto [warp, lane, t, row0] = math_thread();
   float o[PV_M_TILES][32];
@@ -111,7 +163,7 @@ __device__ __forceinline__ void producer(SharedStorage& ss, const uint8_t* src) 
   for (int it = ITERS - 2; it < ITERS; ++it) mbarrier_wait(&ss.kv_full[2 + it % 2], (it / 2) & 1);
 }
 
-__global__ void __launch_bounds__(ws::WS_THREADS, 1) mix_kernel(const uint8_t* src, int mask,
+__global__ void __launch_bounds__(ws::WS_THREADS, 1) mix_kernel(const uint8_t* src, int mask, int qk_pairs,
                                                                long long* cycles, float* sink) {
   extern __shared__ uint8_t smem_raw[];
   SharedStorage& ss = aligned_storage<SharedStorage>(smem_raw);
@@ -138,7 +190,8 @@ __global__ void __launch_bounds__(ws::WS_THREADS, 1) mix_kernel(const uint8_t* s
     cutlass::arch::warpgroup_reg_dealloc<ws::WS_SOFTMAX_REGS>();
     if (mask & 1) {
       t0 = clock64();
-      softmax_like(ss, acc);
+      if (qk_pairs) softmax_like_pairs(ss, acc);
+      else softmax_like(ss, acc);
       t1 = clock64();
     }
   } else {
@@ -158,7 +211,8 @@ __global__ void __launch_bounds__(ws::WS_THREADS, 1) mix_kernel(const uint8_t* s
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const int qk_pairs = argc > 1 && std::strcmp(argv[1], "--qk-pairs") == 0;
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SM count");
   uint8_t* src = nullptr;
@@ -170,11 +224,12 @@ int main() {
   check(cudaMalloc(&sink, sizeof(float) * sms), "sink");
   check(cudaFuncSetAttribute(mix_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES), "smem");
   const char* names[ROLES] = {"softmax-like", "PV", "producer"};
-  std::printf("%d CTAs x %d pages, cycles per page (median over CTAs; 0 = role off)\n", sms, ITERS);
+  std::printf("%d CTAs x %d pages%s, cycles per page (median over CTAs; 0 = role off)\n", sms, ITERS,
+              qk_pairs ? ", QK in pairs (m64n128)" : "");
   for (int mask : {1, 2, 4, 3, 5, 6, 7}) {
     check(cudaMemset(cycles, 0, sizeof(long long) * sms * ROLES), "clear");
     const float ms = microbench::fastest_ms(
-        [&] { mix_kernel<<<sms, ws::WS_THREADS, SMEM_BYTES>>>(src, mask, cycles, sink); }, 3, 1);
+        [&] { mix_kernel<<<sms, ws::WS_THREADS, SMEM_BYTES>>>(src, mask, qk_pairs, cycles, sink); }, 3, 1);
     std::vector<long long> h(static_cast<size_t>(sms) * ROLES);
     check(cudaMemcpy(h.data(), cycles, sizeof(long long) * h.size(), cudaMemcpyDeviceToHost), "copy");
     double worst = 0;
