@@ -9,9 +9,9 @@
 //     of partial outputs): each row's 512 columns over 1, 2 or 4 CTAs (col_split), each CTA `sets` sets of
 //     4 / col_split warps (warps_per_set), lane l of warp w one float4 at column slice * 512 / col_split + 128 w
 //     + 4 l; load groups of 16 pieces (16 loads in flight per lane, ~116 registers).
-//   - one CTA per row (the rows between): 1, 2 or 4 sets of 4 warps, load groups of 8 pieces (~70 registers, so
-//     that the 256-2048 CTAs of b = 4-16 run in one or two waves; the fan-out's registers took two waves more
-//     there: 0.90x at b = 4, h_q 64 on an H100).
+//   - one CTA per row (the rows between): 1, 2 or 4 sets of 4 warps, load groups of 8 pieces (64 registers: two
+//     512-thread CTAs per SM, where the fan-out's 116 allow one; the fan-out's groups at these row counts measured
+//     0.90x at b = 4, h_q 64 and 0.97x at b = 16, h_q 128 on an H100).
 // A row's load groups are dealt round robin to its sets: set s takes groups s, s + sets, s + 2 sets, ... Its
 // latency is one load round per group it owns, so the choice below aims for one group per set, and, for few
 // rows, for at least ~128 CTAs on the 132-SM H200 (col_split), since a row's CTA streams up to 133 KB of partial
