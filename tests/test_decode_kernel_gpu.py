@@ -56,6 +56,9 @@ CASES = [
     ("combine_4_sets_few_pieces_h128", 1, 1, 128, [700], False, 132),
     ("combine_132_pieces_4_sets_h128", 1, 1, 128, [65536], False, 132),
     ("combine_4_sets_causal_sq2_h32", 2, 2, 32, [8191, 4300], True, 132),
+    # One CTA per row with 4 sets over ~67 pieces (256 rows, groups of 8: three chunks), causal s_q 2 with a
+    # one-token last block that the first query row does not see.
+    ("combine_row_cta_4_sets_causal_sq2_h64", 2, 2, 64, [8193, 6000], True, 132),
 ]
 
 

@@ -1,5 +1,6 @@
 // Host unit test of the combine's work split (csrc/kernels/combine/layout.h): combine.cu walks a row's load
-// groups exactly as check_walk below. Checks, for every piece count up to 300 and every layout the choice can
+// groups through the same functions (combine_first_group, combine_next_group, combine_group_first_piece) as
+// check_walk below. Checks, for every piece count up to 300 and every layout the choice can
 // return:
 //   - every piece is read by exactly one set, inside one 32-piece chunk of weights;
 //   - no set runs more dependent load rounds than ceil(load groups / sets) (the point of the sets);
@@ -21,7 +22,7 @@ void check_walk(int n, int sets, int group) {
   std::vector<int> reads(n, 0);
   for (int set = 0; set < sets; ++set) {
     int rounds = 0;
-    for (int g = set; combine_group_first_piece(g, group) < n; g += sets) {
+    for (int g = combine_first_group(set); combine_group_first_piece(g, group) < n; g = combine_next_group(g, sets)) {
       ++rounds;
       const int j0 = combine_group_first_piece(g, group);
       for (int u = 0; u < group && j0 + u < n; ++u) {
@@ -97,6 +98,10 @@ void check_choice() {
   EXPECT(choose_combine_layout(256, 4, 132).sets == 4, "b4 at 132 parts (h_q 64): ~34 pieces");
   EXPECT(choose_combine_layout(1024, 16, 132).sets == 2, "b16 at 132 parts (h_q 64): ~9 pieces");
   EXPECT(choose_combine_layout(2048, 16, 66).sets == 1, "b16 at 66 parts (h_q 128): ~5 pieces");
+  const CombineLayout row_cta = choose_combine_layout(256, 2, 132);
+  EXPECT(!row_cta.many_rows && row_cta.group == COMBINE_ROW_CTA_GROUP && row_cta.sets == 4,
+         "combine_row_cta_4_sets_causal_sq2_h64: one CTA per row, 4 sets (got group %d, %d sets)", row_cta.group,
+         row_cta.sets);
   EXPECT(choose_combine_layout(8192, 64, 66).many_rows, "b64 h_q 128");
   EXPECT(choose_combine_layout(64, 0, 132).sets >= 1, "b = 0 does not divide by zero");
 }

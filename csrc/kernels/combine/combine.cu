@@ -60,6 +60,12 @@ struct Layout {
   static constexpr int COL_SPLIT = D_V / (WARPS_PER_SET * 128 * VEC);
   static constexpr int SET_THREADS = 32 * WARPS_PER_SET * ROWS_PER_CTA;
   static constexpr int THREADS = SET_THREADS * SETS;
+  // __launch_bounds__' minimum CTAs per SM: one CTA per row at 512 threads keeps two per SM (at most 64
+  // registers; the fan-out's ~116 allow one). 0 leaves ptxas its default, as without the argument (the register
+  // counts the 2026-12-07 measurements ran with: smaller CTAs of this layout at 64 too, which a minimum of 2
+  // raised to 72-80).
+  static constexpr int MIN_CTAS =
+      GROUP == COMBINE_ROW_CTA_GROUP && THREADS == COMBINE_MAX_THREADS ? COMBINE_ROW_CTA_MIN_CTAS : 0;
   static_assert(COL_SPLIT * WARPS_PER_SET * 128 * VEC == D_V, "whole float4 columns");
   static_assert(combine_group_fits_chunks(GROUP), "a load group lies inside one 32-piece chunk of weights");
   static_assert(SETS == 1 || ROWS_PER_CTA == 1, "sets only with one row per CTA (a CTA-uniform row and piece count)");
@@ -84,7 +90,7 @@ __device__ __forceinline__ void load_group(float4 (&v)[Lt::GROUP][Lt::VEC], cons
 }
 
 template <class Lt>
-__global__ void __launch_bounds__(Lt::THREADS)
+__global__ void __launch_bounds__(Lt::THREADS, Lt::MIN_CTAS)
     snapmla_combine_kernel(const int* __restrict__ num_splits,   // (b + 1,)
                            const float* __restrict__ o_accum,    // (total_splits, q_rows, 512)
                            const float* __restrict__ lse_accum,  // (total_splits, q_rows)
@@ -111,7 +117,7 @@ __global__ void __launch_bounds__(Lt::THREADS)
   const int64_t piece_stride = static_cast<int64_t>(q_rows) * D_V;
   float4 v[GROUP][VEC];
   // The set's first group, in flight while the lse values are read and the weights computed.
-  load_group<Lt>(v, g_o, piece_stride, combine_group_first_piece(set, GROUP), n);
+  load_group<Lt>(v, g_o, piece_stride, combine_group_first_piece(combine_first_group(set), GROUP), n);
 
   // Every warp reads all of the row's lse values and computes the weights for itself: 4 B per piece and lane
   // against the 512 B of o it loads per piece, cheaper than a shared-memory round trip and a barrier.
@@ -143,9 +149,9 @@ __global__ void __launch_bounds__(Lt::THREADS)
     int chunk = -1;  // the 32-piece chunk whose weights the lanes hold
     float my_w = 0.f;
     unsigned live_mask = 0u;  // bit j: piece chunk * 32 + j is live
-    for (int g = set; combine_group_first_piece(g, GROUP) < n; g += SETS) {
+    for (int g = combine_first_group(set); combine_group_first_piece(g, GROUP) < n; g = combine_next_group(g, SETS)) {
       const int j0 = combine_group_first_piece(g, GROUP);
-      if (g != set) load_group<Lt>(v, g_o, piece_stride, j0, n);
+      if (g != combine_first_group(set)) load_group<Lt>(v, g_o, piece_stride, j0, n);
       if (j0 / COMBINE_CHUNK_PIECES != chunk) {
         chunk = j0 / COMBINE_CHUNK_PIECES;
         const int i = chunk * COMBINE_CHUNK_PIECES + lane;

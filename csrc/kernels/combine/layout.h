@@ -26,11 +26,12 @@ namespace snapmla::combine {
 
 inline constexpr int64_t COMBINE_SPLIT_ROWS_MAX = 4096;  // above: the many-rows layout
 inline constexpr int COMBINE_CHUNK_PIECES = 32;          // lse values a warp holds at a time (one per lane)
-inline constexpr int64_t COMBINE_FAN_OUT_ROWS_MAX = 128;  // up to: the fan-out layout
+inline constexpr int64_t COMBINE_FAN_OUT_ROWS_MAX = 128;  // up to: the fan-out layout (col_split below assumes 128)
 inline constexpr int COMBINE_FAN_OUT_GROUP = 16;         // pieces per load group, fan-out (one float4 each)
 inline constexpr int COMBINE_ROW_CTA_GROUP = 8;          // pieces per load group, one CTA per row (one float4)
 inline constexpr int COMBINE_MANY_ROWS_GROUP = 2;        // pieces per load group, many rows (four float4 each)
 inline constexpr int COMBINE_MAX_THREADS = 512;          // per CTA (fan-out: ~116 registers per thread)
+inline constexpr int COMBINE_ROW_CTA_MIN_CTAS = 2;       // per SM, one CTA per row: at most 64 registers
 
 struct CombineLayout {
   bool many_rows;
@@ -39,8 +40,11 @@ struct CombineLayout {
   int group;          // pieces per load group (COMBINE_FAN_OUT_GROUP, COMBINE_ROW_CTA_GROUP, COMBINE_MANY_ROWS_GROUP)
 };
 
-// Set `set`'s load groups: g = set + k * sets, the pieces [g * group, g * group + group) clipped to n. Every group
-// lies inside one 32-piece chunk of weights (group divides 32).
+// Set `set`'s load groups: g = set + k * sets (combine_first_group, combine_next_group), the pieces
+// [g * group, g * group + group) clipped to n. Every group lies inside one 32-piece chunk of weights (group
+// divides 32). The kernel and the host test walk them through these functions.
+SNAPMLA_HOST_DEVICE constexpr int combine_first_group(int set) { return set; }
+SNAPMLA_HOST_DEVICE constexpr int combine_next_group(int g, int sets) { return g + sets; }
 SNAPMLA_HOST_DEVICE constexpr int combine_group_first_piece(int g, int group) { return g * group; }
 SNAPMLA_HOST_DEVICE constexpr bool combine_group_fits_chunks(int group) {
   return group > 0 && COMBINE_CHUNK_PIECES % group == 0;
@@ -53,7 +57,7 @@ inline CombineLayout choose_combine_layout(int64_t rows, int b, int num_sm_parts
   if (rows > COMBINE_SPLIT_ROWS_MAX) return {true, 1, 1, COMBINE_MANY_ROWS_GROUP};
   const int expected_pieces = num_sm_parts / (b > 0 ? b : 1) + 1;
   // CTAs per row, fan-out: so that ~128 or more CTAs share the partial outputs (64 rows -> 2, 16 rows -> 4).
-  const int col_split = rows > COMBINE_FAN_OUT_ROWS_MAX || rows >= 128 ? 1 : rows >= 64 ? 2 : 4;
+  const int col_split = rows >= 128 ? 1 : rows >= 64 ? 2 : 4;  // 1 for every row count past the fan-out
   const int warps_per_set = 4 / col_split;
   const int group = rows > COMBINE_FAN_OUT_ROWS_MAX ? COMBINE_ROW_CTA_GROUP : COMBINE_FAN_OUT_GROUP;
   const int max_sets = COMBINE_MAX_THREADS / (32 * warps_per_set);
