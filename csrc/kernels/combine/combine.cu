@@ -117,7 +117,8 @@ __global__ void __launch_bounds__(Lt::THREADS, Lt::MIN_CTAS)
   const int64_t piece_stride = static_cast<int64_t>(q_rows) * D_V;
   float4 v[GROUP][VEC];
   // The set's first group, in flight while the lse values are read and the weights computed.
-  load_group<Lt>(v, g_o, piece_stride, combine_group_first_piece(combine_first_group(set), GROUP), n);
+  const int g_first = combine_first_group(set);
+  load_group<Lt>(v, g_o, piece_stride, combine_group_first_piece(g_first, GROUP), n);
 
   // Every warp reads all of the row's lse values and computes the weights for itself: 4 B per piece and lane
   // against the 512 B of o it loads per piece, cheaper than a shared-memory round trip and a barrier.
@@ -149,9 +150,9 @@ __global__ void __launch_bounds__(Lt::THREADS, Lt::MIN_CTAS)
     int chunk = -1;  // the 32-piece chunk whose weights the lanes hold
     float my_w = 0.f;
     unsigned live_mask = 0u;  // bit j: piece chunk * 32 + j is live
-    for (int g = combine_first_group(set); combine_group_first_piece(g, GROUP) < n; g = combine_next_group(g, SETS)) {
+    for (int g = g_first; combine_group_first_piece(g, GROUP) < n; g = combine_next_group(g, SETS)) {
       const int j0 = combine_group_first_piece(g, GROUP);
-      if (g != combine_first_group(set)) load_group<Lt>(v, g_o, piece_stride, j0, n);
+      if (g != g_first) load_group<Lt>(v, g_o, piece_stride, j0, n);
       if (j0 / COMBINE_CHUNK_PIECES != chunk) {
         chunk = j0 / COMBINE_CHUNK_PIECES;
         const int i = chunk * COMBINE_CHUNK_PIECES + lane;

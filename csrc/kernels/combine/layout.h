@@ -66,7 +66,7 @@ inline CombineLayout choose_combine_layout(int64_t rows, int b, int num_sm_parts
   if (group == COMBINE_FAN_OUT_GROUP) {
     while (sets < groups && sets < max_sets) sets *= 2;  // one round per set where the threads allow it
   } else {
-    while (2 * sets <= groups && 2 * sets <= 4) sets *= 2;  // no idle set: 3 groups take 2 sets (measured as is)
+    while (2 * sets <= groups && 2 * sets <= max_sets) sets *= 2;  // no idle set: 3 groups take 2 (as measured)
   }
   return {false, warps_per_set, sets, group};
 }
