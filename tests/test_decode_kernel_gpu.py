@@ -178,7 +178,7 @@ def test_the_chosen_kernel_runs(monkeypatch, choice, q_rows, expected):
 # o must match the reference to docs/numerics_contract.md section 7's tolerance. lse gets 0.3 % of its value: the FP8 tensor cores
 # align each k-step's products to the accumulator's exponent and truncate them to 13 fraction bits there, and
 # here all 512 products of a dominant logit have the same sign, so the truncations add up and lse comes out low
-# (docs/design.md Open problems; tools/numerics/qk_accumulation_model.py, confirmed on the H200 by
+# (docs/design.md section 6; tools/numerics/qk_accumulation_model.py, confirmed on the H200 by
 # tools/microbench/wgmma_fp8_accumulation.cu). Measured on the H200, kernel - reference at lse 86 / 108 / 94:
 # - one accumulator chain of 16 k-steps (before 2026-12-01, both kernels): -0.37 / -0.52 / -0.46 nats, and the
 #   narrow kernel's o 3.3e-3 rel L2 at block 7 (over the contract's 3e-3);

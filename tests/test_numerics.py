@@ -175,7 +175,7 @@ def test_kernel_agrees_with_emulation():
 @pytest.mark.gpu
 @pytest.mark.xfail(strict=True, reason="known gap: QK accumulated in FP8 WGMMA (13 fraction bits at the accumulator's "
                    "exponent) gives lse 2.25e-3 nats off on this heavy-tailed layer with two chains of 8 k-steps "
-                   "(H200, 2026-12-01; 5.9e-3 with one chain); docs/design.md, Open problems")
+                   "(H200, 2026-12-01; 5.9e-3 with one chain); docs/design.md section 6")
 def test_kernel_lse_agrees_with_emulation_on_heavy_tailed_data():
     # the contract's lse bound (1e-3) holds on FlashMLA-like data (tests/test_decode_gpu.py); not yet on logits of ~80 nats.
     layer = synthetic_layer(SyntheticConfig(seqlen=1000, num_queries=2, num_heads=64), 7)

@@ -1,5 +1,5 @@
 // How one FP8 WGMMA k-step adds into its accumulator, checked against the model of
-// tools/numerics/qk_accumulation_model.py (docs/design.md Open problems): the 32 products and C are aligned to
+// tools/numerics/qk_accumulation_model.py (docs/design.md section 6): the 32 products and C are aligned to
 // the largest exponent among them, each truncated toward zero to 13 fraction bits there, and the result kept
 // to 14 significant bits. Each case is one m64n16k32 e4m3 WGMMA (the narrow kernel's QK shape, the repository's
 // wrapper) with every element of A equal to a, every element of B equal to b and every accumulator equal to C,

@@ -16,8 +16,8 @@
 // barriers sit in the caller, one instruction each for both warpgroups: inside the former per-warpgroup templates
 // each warpgroup had its own copy, which compute-sanitizer synccheck reported as divergent barriers, and racecheck once
 // reported a hazard between a col_state write and the peer's read (H200, 2026-11-29).
-// Debug build -DSNAPMLA_DEBUG_MERGE_TAG (docs/design.md, racecheck): col_state's unused .w carries the
-// CTA's running piece number, the peer traps if it reads another piece's state, and thread 0 sleeps 2 us before
+// Debug build -DSNAPMLA_DEBUG_MERGE_TAG (docs/design.md, narrow kernel, racecheck): col_state's unused .w carries
+// the CTA's running piece number, the peer traps if it reads another piece's state, and thread 0 sleeps 2 us before
 // its store to widen any window. A real ordering problem then fails the GPU tests loudly.
 #pragma once
 

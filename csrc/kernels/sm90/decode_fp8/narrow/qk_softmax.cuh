@@ -50,7 +50,7 @@ struct ColState {
 // 4 chains of 4: -0.05..-0.06 nats. 8 chains of 2 (8 registers each, 0 spills): -0.016..-0.019 nats (H200,
 // 2026-12-01), 0.99-1.01x side by side at b = 1 / 4 / 16 / 64 / 128. The model
 // (tools/numerics/qk_accumulation_model.py) says 1.48e-3 (from 1.74e-3) on the heavy-tailed layer, and 5.6e-4 with the
-// outlier-channel format of docs/design.md (Open problems).
+// outlier-channel format of docs/design.md (section 6).
 inline constexpr int QK_CHAINS = 8;
 template <int N>
 __device__ __forceinline__ void issue_qk_t(float (&s)[QK_CHAINS][N / 2], uint32_t kv_content, uint32_t kv_rope,

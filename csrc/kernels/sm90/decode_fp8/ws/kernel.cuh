@@ -2,7 +2,7 @@
 // wide kernel's tiles, pages, numerics and outputs (kernel.cuh), with the per-block chain split between
 // warpgroups. In the wide kernel each math warpgroup runs QK -> softmax -> hand-off -> PV for its own blocks and
 // PV for the other's, one block in flight, so its chain is the time (~5700 cycles per two blocks, H200,
-// docs/design.md "What bounds v12"). Here the QK and softmax of every block run in one warpgroup, the PV
+// docs/design.md section 2, wide kernel). Here the QK and softmax of every block run in one warpgroup, the PV
 // in two others, so the three chains overlap: the softmax warpgroup's QK + softmax per block against the PV
 // warpgroups' PV per block.
 //
