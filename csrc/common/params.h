@@ -51,13 +51,6 @@ struct DecodeParams {
   float* o_accum;                      // (total_splits, q_rows, 512) fp32, each piece's normalised O~ / L~ (see combine)
   float* lse_accum;                    // (total_splits, q_rows) fp32, log2-domain partial lse, -inf when empty
   int max_total_splits;                // capacity of o_accum / lse_accum along their first dim
-
-  // ---- launch (common/griddep.cuh) ----
-  // Fused-Q-Quant is the kernel right before this one in the stream (decode_fp8_bf16q). It lets its dependents
-  // launch only after its own griddep_wait, so every grid before it has completed when a decode kernel starts:
-  // the ws kernel then reads the schedule, the block table and its first pages before the threads that read
-  // Fused-Q-Quant's outputs (the query tile, q_scale) wait for it (ws/kernel.cuh).
-  bool q_quant_precedes;
 };
 
 }  // namespace snapmla

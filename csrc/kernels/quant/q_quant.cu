@@ -15,12 +15,10 @@
 namespace snapmla::quant {
 
 __global__ void __launch_bounds__(THREADS_PER_CTA) q_quant_kernel(QQuantParams p) {
-  // PDL (common/pdl.h): this grid waits for the kernel before it, whose memory it may reuse; only then may the
-  // decode kernel be scheduled, so that every grid before this one has completed when it starts: it reads the
-  // schedule, the block table and its first pages while this grid runs, and waits for it (griddep_wait) before
-  // it reads Q (DecodeParams::q_quant_precedes).
-  griddep_wait();
+  // PDL (common/pdl.h): the decode kernel may be scheduled now (it waits for this grid to finish before it
+  // reads Q); this grid waits for the kernel before it, whose memory it may reuse.
   griddep_launch_dependents();
+  griddep_wait();
   const int lane = threadIdx.x % WARP_SIZE;
   const int64_t row = int64_t(blockIdx.x) * WARPS_PER_CTA + threadIdx.x / WARP_SIZE;
   const int64_t rows = int64_t(p.b) * p.s_q * p.h_q;

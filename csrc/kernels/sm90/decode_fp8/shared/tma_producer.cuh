@@ -108,11 +108,7 @@ __device__ __forceinline__ void walk_piece_pages(const DecodeParams& p, const Pi
 
 // Warp 0 of the producer warpgroup: lane 0 issues the query tile of each piece, then its pages, in the order
 // the math warpgroups consume them, blocking on each barrier it needs (it has nothing else to do).
-// WAIT_FIRST_QUERY (ws/kernel.cuh): after Fused-Q-Quant (DecodeParams::q_quant_precedes) the kernel has not
-// waited for the grid before it; lane 0 does so before the first query tile, and the first piece's first pages
-// go out before it, so that the wait overlaps their loads. The flag is read from the kernel parameters where it
-// is needed: the producer has 24 registers, and one more live value spills.
-template <typename Storage, bool WAIT_FIRST_QUERY>
+template <typename Storage>
 __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow& row) {
   constexpr int STAGES_ = Storage::kStages, Q_BUFS_ = Storage::kQBufs;
   static_assert(offsetof(Storage, kv_content) % 16 == 0 && offsetof(Storage, kv_rope) % 16 == 0 &&
@@ -126,24 +122,13 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
     const int qbuf = StageRing<Q_BUFS_>::stage(piece);
-    // WAIT_FIRST_QUERY: a first piece of at most STAGES_ pages issues them all before its query tile (a later page
-    // would wait for a stage that the math warpgroups free only after they have read the query tile). A longer
-    // one waits first. Each inlined copy of query_tile is ~270 instructions, and one inside the page loop spilled
-    // the producer's 24 registers: so two call sites, before and after the walk.
-    auto wait_q = [&] { return WAIT_FIRST_QUERY && piece == 0 && p.q_quant_precedes; };
     auto query_tile = [&] {
       if (lane != 0) return;
-      if (wait_q()) griddep_wait();  // Fused-Q-Quant's outputs complete and visible
       // The buffer of piece - Q_BUFS is free once both math warpgroups did their last QK of that piece.
       StageRing<Q_BUFS_>::wait_empty(ss.q_empty, piece);
       issue_query_tile(kp, ss, qbuf, req);  // overloaded per Storage
     };
-    const int pages = pc.blk_end - pc.blk_begin;
-    const bool q_after_pages = wait_q() && pages > 0 && pages <= STAGES_;
-    const auto start = [&] {
-      if (!q_after_pages) query_tile();
-    };
-    walk_piece_pages(p, pc, req, lane, n, start, [&](int blk_n, int page) {
+    walk_piece_pages(p, pc, req, lane, n, query_tile, [&](int blk_n, int page) {
       const int stage = StageRing<STAGES_>::stage(blk_n);
       StageRing<STAGES_>::wait_empty(ss.kv_empty, blk_n);
       btrace.mark();
@@ -154,7 +139,6 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
       bulk_load(ss.kv_rope[stage], src + kvl::ROPE_OFFSET, ROPE_TILE_BYTES, bar);
       bulk_load(ss.kv_scale[stage], src + kvl::SCALE_OFFSET, BLOCK_N * kvl::SCALE_TOKEN_BYTES, bar);
     });
-    if (q_after_pages) query_tile();
   }
   btrace.print("any", "prod");
 }
@@ -165,8 +149,7 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
 // spilled. A CTA with no work (BEGIN_REQ > END_REQ) runs both roles through empty loops.
 // PDL (common/pdl.h): nothing before this point touches global memory (the barrier init and the tensor-map
 // prefetch read shared memory and kernel parameters), so that prologue overlaps the previous kernel's tail; the
-// combine kernel may be scheduled from here on (it waits for this grid to complete before it reads). Their math
-// warpgroups read q_scale before their first q_full wait, so these kernels wait here even after Fused-Q-Quant.
+// combine kernel may be scheduled from here on (it waits for this grid to complete before it reads).
 template <int PRODUCER_REGS_, int MATH_REGS_, typename Storage, typename RunMath>
 __device__ __forceinline__ void split_roles(const KernelParams& kp, Storage& ss, RunMath&& run_math) {
   griddep_wait();
@@ -174,7 +157,7 @@ __device__ __forceinline__ void split_roles(const KernelParams& kp, Storage& ss,
   const int wg = threadIdx.x / WG_THREADS;
   if (wg == PRODUCER_WG) {
     cutlass::arch::warpgroup_reg_dealloc<PRODUCER_REGS_>();
-    if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<Storage, false>(kp, ss, load_sched_row(kp.p));
+    if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<Storage>(kp, ss, load_sched_row(kp.p));
   } else {
     cutlass::arch::warpgroup_reg_alloc<MATH_REGS_>();
     run_math(load_sched_row(kp.p), wg);

@@ -46,20 +46,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1) snapmla_decode_fp8_ws_kernel(co
   init_wide_pipeline(kp, ss, NUM_PV_WG * WG_THREADS, WG_THREADS);
 
   // PDL (common/pdl.h): nothing above touched global memory; the schedule row is read after setmaxnreg (values
-  // live across it would be spilled). After Fused-Q-Quant (DecodeParams::q_quant_precedes) every grid before it
-  // has completed when this one starts, so only the threads that read its outputs wait: the producer's lane 0
-  // before its first query tile (run_producer), the softmax warpgroup before q_scale. The schedule, the block
-  // table and the first pages are read meanwhile; the PV warpgroups read none of its outputs. (With a wait on the
-  // PV path too, ptxas merged all of them into one before the role split, 2026-12-07.)
-  if (!kp.p.q_quant_precedes) griddep_wait();
+  // live across it would be spilled).
+  griddep_wait();
   griddep_launch_dependents();
   const int wg = threadIdx.x / WG_THREADS;
   if (wg == PRODUCER_WG) {
     cutlass::arch::warpgroup_reg_dealloc<WS_PRODUCER_REGS>();
-    if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<SharedStorage, true>(kp, ss, load_sched_row(kp.p));
+    if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<SharedStorage>(kp, ss, load_sched_row(kp.p));
   } else if (wg == SOFTMAX_WG) {
     cutlass::arch::warpgroup_reg_dealloc<WS_SOFTMAX_REGS>();
-    if (kp.p.q_quant_precedes) griddep_wait();  // q_scale (tile_rows)
     run_softmax_wg(kp, ss, load_sched_row(kp.p));
   } else {
     cutlass::arch::warpgroup_reg_alloc<WS_PV_REGS>();
