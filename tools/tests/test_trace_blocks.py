@@ -93,8 +93,9 @@ def test_summary_without_lines(tb, capsys):
 
 def _ws_cta(y, base, n_blocks, softmax_ns=2000, pv_ns=1500, hop_ns=100, page_ns=200):
     """The ws kernel's roles: the softmax warpgroup's QK of block n retires 300 ns after the previous hand-off, its
-    logits take 400 ns, then it waits page_ns for the next page, and its hand-off follows softmax_ns after the QK;
-    PV warpgroup 0 sees it hop_ns later (or when its previous block is done) and takes pv_ns."""
+    logits take 400 ns, then it waits page_ns for the next page, issues chain A in 100 ns, runs the softmax and
+    stores for 500 ns, issues chain B in 150 ns, and its hand-off follows softmax_ns after the QK; PV warpgroup 0
+    sees it hop_ns later (or when its previous block is done) and takes pv_ns."""
     smx, pv = [], []
     pub = 0
     out = 0
@@ -103,7 +104,8 @@ def _ws_cta(y, base, n_blocks, softmax_ns=2000, pv_ns=1500, hop_ns=100, page_ns=
         pub = qk + softmax_ns
         i = max(pub + hop_ns, out)
         out = i + pv_ns
-        smx += [qk, qk + 400, qk + 400 + page_ns, pub]
+        pg = qk + 400 + page_ns
+        smx += [qk, qk + 400, pg, pg + 100, pg + 600, pg + 750, pub]
         pv += [i, out]
     lines = _lines("any", 0, y, 3, "prod", base, [100 * n for n in range(n_blocks)])
     lines += _lines("ws", 0, y, 3, "smx", base, smx)
@@ -112,17 +114,20 @@ def _ws_cta(y, base, n_blocks, softmax_ns=2000, pv_ns=1500, hop_ns=100, page_ns=
 
 
 def test_ws_roles(tb, capsys):
-    text = "\n".join(["=== traced call 1"] + _ws_cta(0, 10**9, 20) + _ws_cta(1, 10**9, 20, softmax_ns=2400))
+    text = "\n".join(["=== traced call 1"] + _ws_cta(0, 10**9, 18) + _ws_cta(1, 10**9, 18, softmax_ns=2400))
     ctas, dropped = tb.parse(text)
-    assert dropped == 0 and ctas[(0, 0)].roles["smx"][:4] == [10**9 + 300, 10**9 + 700, 10**9 + 900, 10**9 + 2300]
+    assert dropped == 0 and ctas[(0, 0)].roles["smx"][:7] == [10**9 + t for t in (300, 700, 900, 1000, 1500, 1650, 2300)]
     rows = tb.ws_per_block(ctas[(0, 0)])
-    # 20 blocks x 4 softmax stamps = 80 of the 128: all 20 blocks are read, none shifted onto another.
-    assert len(rows) == 20
-    assert rows[0] == (0, 2000, None, 1500, None, 100, 400, 200)
-    assert rows[1] == (1, 2000, 300, 1500, 800, 100, 400, 200)  # PV idles from 3900 to the next hand-off at 4600 + 100 ns
+    # 18 blocks x 7 softmax stamps = 126 of the kernel's 128: all 18 blocks are read, none shifted onto another.
+    assert len(rows) == 18
+    assert rows[0] == (0, 2000, None, 1500, None, 100, 400, 200, 100, 500, 150, 650)
+    # PV idles from 3900 to the next hand-off at 4600 + 100 ns
+    assert rows[1] == (1, 2000, 300, 1500, 800, 100, 400, 200, 100, 500, 150, 650)
     tb.summarize("case", text)
     out = capsys.readouterr().out
     assert "ws kernel, 2 CTAs with traced blocks" in out
     assert "softmax work 2.20" in out and "softmax wait 0.30" in out and "PV work 1.50" in out
     assert "median block period (hand-off to hand-off): 2.50 us" in out
-    assert "logits 0.40  wait for the next page 0.20 us" in out
+    # The second CTA's 400 ns more of softmax work land in its last part: the median of 650 and 1050 ns.
+    assert ("logits 0.40  wait for the next page 0.20  chain A issue 0.10  softmax and stores 0.50  chain B issue "
+            "0.15  fence and arrival 0.85 us") in out

@@ -104,14 +104,15 @@ def per_block(c: Cta):
     return [(n, a - i, None if prev is None else a - prev, e - a) for n, i, a, e, prev in c.blocks()]
 
 
-SMX_STAMPS = 4  # per block of the ws softmax warpgroup (trace/block.cuh)
+SMX_STAMPS = 7  # per block of the ws softmax warpgroup (trace/block.cuh)
 
 
 def ws_per_block(c: Cta):
     """The ws kernel's blocks of one CTA: [(n, smx_work, smx_wait or None, pv_work, pv_starve or None, to_pv,
-    logits, page_wait)] in ns for the blocks with every stamp, where (QK = the block's QK retired, LG = its logits
-    and row maxima done, PG = the next page in, PUB = its hand-off published, IN / OUT = PV warpgroup 0 saw the
-    hand-off / finished the block):
+    logits, page_wait, a_issue, softmax, b_issue, publish)] in ns for the blocks with every stamp, where (QK = the
+    block's QK retired, LG = its logits and row maxima done, PG = the next page in, AI = the next chain A issued,
+    ST = the hand-off's stores issued, BI = the next chain B issued, PUB = its hand-off published, IN / OUT = PV
+    warpgroup 0 saw the hand-off / finished the block):
       smx_work   PUB(n) - QK(n): the softmax warpgroup's k scales, logits, wait for the next page, next chain A,
                  softmax, P8, next chain B and hand-off
       smx_wait   QK(n) - PUB(n-1): what the softmax warpgroup waited for block n's QK to retire
@@ -119,16 +120,20 @@ def ws_per_block(c: Cta):
       pv_starve  IN(n) - OUT(n-1): what it waited for the hand-off
       to_pv      IN(n) - PUB(n): from the hand-off to PV warpgroup 0 seeing it
       logits     LG(n) - QK(n): k scales, logits and row maxima
-      page_wait  PG(n) - LG(n): the wait for page n + 1's kv_full (0 at a piece's last block)"""
+      page_wait  PG(n) - LG(n): the wait for page n + 1's kv_full (0 at a piece's last block)
+      a_issue    AI(n) - PG(n): issuing chain A of n + 1 (8 WGMMAs; 0 at a piece's last block)
+      softmax    ST(n) - AI(n): exponentials, state, P8 and the hand-off's stores
+      b_issue    BI(n) - ST(n): issuing chain B of n + 1 (12 WGMMAs; 0 at a piece's last block)
+      publish    PUB(n) - BI(n): the proxy fence and the arrival"""
     smx, pv = c.roles.get("smx", []), c.roles.get("pv0", [])
     k = SMX_STAMPS
     out = []
     for n in range(min(len(smx) // k, len(pv) // 2)):
-        qk, lg, pg, pub = smx[k * n:k * n + k]
+        qk, lg, pg, ai, st, bi, pub = smx[k * n:k * n + k]
         i, o = pv[2 * n], pv[2 * n + 1]
         wait = qk - smx[k * n - 1] if n else None
         starve = i - pv[2 * n - 1] if n else None
-        out.append((n, pub - qk, wait, o - i, starve, i - pub, lg - qk, pg - lg))
+        out.append((n, pub - qk, wait, o - i, starve, i - pub, lg - qk, pg - lg, ai - pg, st - ai, bi - st, pub - bi))
     return out
 
 
@@ -144,7 +149,9 @@ def summarize_ws(name: str, ctas: dict[tuple[int, int], Cta], dropped: int) -> N
           + (f", {dropped} dropped: lines lost" if dropped else "") + ")")
     print(f"  median per block: softmax work {med(1):.2f}  softmax wait {med(2):.2f}  PV work {med(3):.2f}  "
           f"PV starve {med(4):.2f}  hand-off to PV {med(5):.2f} us")
-    print(f"  softmax work, first part: logits {med(6):.2f}  wait for the next page {med(7):.2f} us")
+    print(f"  softmax work by part: logits {med(6):.2f}  wait for the next page {med(7):.2f}  chain A issue "
+          f"{med(8):.2f}  softmax and stores {med(9):.2f}  chain B issue {med(10):.2f}  fence and arrival "
+          f"{med(11):.2f} us")
     k = SMX_STAMPS
     period = [c.roles["smx"][k * n + k - 1] - c.roles["smx"][k * n - 1]
               for c in busy for n in range(1, len(c.roles["smx"]) // k)]

@@ -6,12 +6,15 @@
 // The printed stamps of a CTA: the producer's lane 0 stamps each block before its TMA (after the kv_empty wait);
 // in the wide kernel thread 0 of each math warpgroup stamps each of its own blocks when the kv_full wait returns
 // and when the block is done (after its PV); in the ws kernel thread 0 of the softmax warpgroup stamps each block
-// four times, when its QK retired, when its logits are done, when the next page is in (the wait between the two)
-// and when its hand-off is published (role smx), thread 0 of each PV warpgroup when the hand-off arrived and
-// when its PV is done (pv0, pv1). (The other threads of a role stamp too, unprinted: see mark.) Stamps are kept in
-// local memory, up to BLOCK_TRACE_STAMPS per thread (a role with k stamps per block covers the first 128 / k
-// blocks of its walk; ~24 lines per CTA, so the printf FIFO must exceed its 1 MB default at 264 CTAs:
-// tools/trace/trace_cta.py's child raises it to 64 MB), and handed to trace/sink.cuh at the end, which prints
+// seven times, when its QK retired, when its logits are done, when the next page is in (the wait between the
+// two), when the next chain A is issued, when the hand-off's stores are issued, when the next chain B is issued
+// and when the hand-off is published (role smx), thread 0 of each PV warpgroup when the hand-off arrived and
+// when its PV is done (pv0, pv1). The issue stamps say whether issuing a chain's WGMMAs holds the warpgroup up
+// (the seven stamps cost the softmax warpgroup 8 B of spills in this build; the default build has none).
+// (The other threads of a role stamp too, unprinted: see mark.) Stamps are kept in local memory, up to
+// BLOCK_TRACE_STAMPS per thread (a role with k stamps per block covers the first 128 / k blocks of its walk;
+// ~24 lines per CTA, so the printf FIFO must exceed its 1 MB default at 264 CTAs: tools/trace/trace_cta.py's
+// child raises it to 64 MB), and handed to trace/sink.cuh at the end, which prints
 // them after the kernel as lines of 16:
 //   blocktrace <kernel> <blockIdx.x> <blockIdx.y> <sm> <role> <base_ns> <first index> <d_0> ... <d_15>
 // (<role>: prod, math0, math1, smx, pv0, pv1; d_i = stamp - base_ns, 0xffffffff unused).

@@ -124,11 +124,17 @@ __device__ __forceinline__ void softmax_blocks(float (&acc_a)[32], float (&acc_b
       StageRing<KV_STAGES>::wait_full(ss.kv_full, n + 1);
       bt.mark();  // page n + 1 in
       issue_chain_a(acc_a, ss, (n + 1) % KV_STAGES);
+      bt.mark();  // chain A of n + 1 issued
+    };
+    auto issue_b = [&] {
+      bt.mark();  // the hand-off's stores issued
+      issue_chain_b(acc_b, ss, (n + 1) % KV_STAGES);
+      bt.mark();  // chain B of n + 1 issued
     };
     wgmma_fence_operands(s);
     wgmma_fence_operands(ks);
     softmax_and_publish<MASKED>(s, ks, ss, stage, pc.blk_begin + (n - n0), q_mul, limit, row0, t, st, issue_a,
-                                [&] { issue_chain_b(acc_b, ss, (n + 1) % KV_STAGES); });
+                                issue_b);
     bt.mark();
   }
 }
@@ -175,9 +181,10 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
       mbarrier_arrive(&ss.q_empty[0]);  // the piece's last QK retired: the producer may load the next tile
       float ks[16];
       load_k_scales(ss.kv_scale[last % KV_STAGES], t, ks);
-      // No next page to wait for: its two stamps mark the same moment (the trace's page wait is 0).
+      // No next page to wait for and no chains to issue: their stamps mark the same moments (the trace's page
+      // wait and issue times are 0).
       softmax_and_publish<true>(s, ks, ss, last % KV_STAGES, pc.blk_end - 1, q_mul, limit, row0, t, st,
-                                [&] { bt.mark(); bt.mark(); }, [] {});
+                                [&] { bt.mark(); bt.mark(); bt.mark(); }, [&] { bt.mark(); bt.mark(); });
       bt.mark();
     }
     block_idx += n_blocks;
