@@ -19,7 +19,9 @@
 // (content k-tile c of the pair: the 16 KB at 16 KB x c, 128 token rows; RoPE: both stages' 8 KB), retired, its
 // P8 packing and both pages' P^T stores. The other roles are unchanged (PV still folds every page).
 // Printed per role mask (1 softmax-like, 2 PV, 4 producer; 7 all): cycles per page of each role, median over the
-// CTAs (clock64 from its first to its last page), and the slowest role's.
+// CTAs (clock64 from its first to its last page), the softmax-like role's cycles per page inside its WGMMA issue
+// (first arrive to last commit: long if issuing holds the warpgroup up while the PV role's WGMMAs occupy the
+// tensor pipe), and the slowest role's.
 //   build (CUTLASS: the headers setup.py finds, e.g. third_party/cutlass or the nvidia-cutlass package's source/):
 //          nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -I csrc -I $CUTLASS/include -o /tmp/datapath_mix \
 //            tools/microbench/datapath_mix.cu
@@ -55,14 +57,18 @@ using microbench::check;
 constexpr int ITERS = 512;       // pages per role and CTA
 constexpr int SRC_PAGES = 256;   // 10.5 MB of source pages: L2-resident after the first launch
 constexpr int ROLES = 3;         // softmax-like, PV (warpgroup 0's clock), producer
+constexpr int SLOTS = ROLES + 1;  // + the softmax-like role's cycles inside its WGMMA issue (arrive to commit)
 
-__device__ __forceinline__ void softmax_like(SharedStorage& ss, float& sink) {
+// issue: clock64 cycles from the first WGMMA's arrive to the last commit, summed over the pages: whether issuing
+// the chains holds the warpgroup up while the PV role's WGMMAs occupy the tensor pipe.
+__device__ __forceinline__ void softmax_like(SharedStorage& ss, float& sink, long long& issue) {
   const auto [warp, lane, t, row0] = math_thread();
   float acc_a[32], acc_b[32];
   for (int it = 0; it < ITERS; ++it) {
     const int stage = it % 2;
     float ks[16];
     load_k_scales(ss.kv_scale[stage], t, ks);
+    const long long i0 = clock64();
     wgmma_fence_operands(acc_a);
     cute::warpgroup_arrive();
     issue_qk_content_steps<0, ws::WS_CHAIN_STEPS>(acc_a, q_content_desc(ss), k_content_desc(ss, stage));
@@ -73,6 +79,7 @@ __device__ __forceinline__ void softmax_like(SharedStorage& ss, float& sink) {
                                                                     k_content_desc(ss, stage));
     issue_qk_rope_steps(acc_b, q_rope_desc(ss), k_rope_desc(ss, stage));
     cute::warpgroup_commit_batch();
+    issue += clock64() - i0;
     cute::warpgroup_wait<0>();
     wgmma_fence_operands(acc_a);
     wgmma_fence_operands(acc_b);
@@ -90,7 +97,7 @@ __device__ __forceinline__ void softmax_like(SharedStorage& ss, float& sink) {
 
 // D2's QK per pair of pages (header). The accumulator's first 32 values are page a's columns in the N = 64 fragment
 // layout and the last 32 page b's, so each half packs and publishes as one page does.
-__device__ __forceinline__ void softmax_like_pairs(SharedStorage& ss, float& sink) {
+__device__ __forceinline__ void softmax_like_pairs(SharedStorage& ss, float& sink, long long& issue) {
   const auto [warp, lane, t, row0] = math_thread();
   constexpr uint32_t PAIR_TILE_BYTES = 2 * CONTENT_TILE_BYTES;  // k-tile c of both pages: 128 rows x 128 B
   static_assert(sizeof(ss.kv_content[0]) == CONTENT_TILES * CONTENT_TILE_BYTES && sizeof(ss.kv_rope[0]) == 8192,
@@ -102,6 +109,7 @@ __device__ __forceinline__ void softmax_like_pairs(SharedStorage& ss, float& sin
     const uint64_t q_desc = q_content_desc(ss), qr_desc = q_rope_desc(ss);
     const uint64_t k_desc = make_smem_desc(smem_u32(ss.kv_content[0]), QK_DESC_SBO, SmemSwizzle::B128);
     const uint64_t kr_desc = make_smem_desc(smem_u32(ss.kv_rope[0]), QK_DESC_SBO, SmemSwizzle::B128);
+    const long long i0 = clock64();
     wgmma_fence_operands(acc);
     cute::warpgroup_arrive();
 #pragma unroll
@@ -119,6 +127,7 @@ __device__ __forceinline__ void softmax_like_pairs(SharedStorage& ss, float& sin
           acc, qr_desc + off16, kr_desc + off16, 1, std::make_index_sequence<64>{});
     }
     cute::warpgroup_commit_batch();
+    issue += clock64() - i0;
     cute::warpgroup_wait<0>();
     wgmma_fence_operands(acc);
 #pragma unroll
@@ -178,7 +187,7 @@ __global__ void __launch_bounds__(ws::WS_THREADS, 1) mix_kernel(const uint8_t* s
   __syncthreads();
   const int wg = threadIdx.x / WG_THREADS;
   float acc = 0.f;
-  long long t0 = 0, t1 = 0;
+  long long t0 = 0, t1 = 0, issue = 0;
   if (wg == PRODUCER_WG) {
     cutlass::arch::warpgroup_reg_dealloc<ws::WS_PRODUCER_REGS>();
     if ((mask & 4) && threadIdx.x == PRODUCER_WG * WG_THREADS) {
@@ -190,8 +199,8 @@ __global__ void __launch_bounds__(ws::WS_THREADS, 1) mix_kernel(const uint8_t* s
     cutlass::arch::warpgroup_reg_dealloc<ws::WS_SOFTMAX_REGS>();
     if (mask & 1) {
       t0 = clock64();
-      if (qk_pairs) softmax_like_pairs(ss, acc);
-      else softmax_like(ss, acc);
+      if (qk_pairs) softmax_like_pairs(ss, acc, issue);
+      else softmax_like(ss, acc, issue);
       t1 = clock64();
     }
   } else {
@@ -204,7 +213,8 @@ __global__ void __launch_bounds__(ws::WS_THREADS, 1) mix_kernel(const uint8_t* s
   }
   if (threadIdx.x % WG_THREADS == 0) {
     const int role = wg == ws::SOFTMAX_WG ? 0 : wg == PRODUCER_WG ? 2 : wg == 0 ? 1 : -1;
-    if (role >= 0) cycles[blockIdx.x * ROLES + role] = t1 - t0;
+    if (role >= 0) cycles[blockIdx.x * SLOTS + role] = t1 - t0;
+    if (role == 0) cycles[blockIdx.x * SLOTS + ROLES] = issue;
   }
   if (acc == 12345.f) sink[blockIdx.x] = acc;  // keeps the math alive; never true on zeros
 }
@@ -220,26 +230,26 @@ int main(int argc, char** argv) {
   float* sink = nullptr;
   check(cudaMalloc(&src, static_cast<size_t>(SRC_PAGES) * kvl::PAGE_BYTES), "source");
   check(cudaMemset(src, 0, static_cast<size_t>(SRC_PAGES) * kvl::PAGE_BYTES), "source");
-  check(cudaMalloc(&cycles, sizeof(long long) * sms * ROLES), "cycles");
+  check(cudaMalloc(&cycles, sizeof(long long) * sms * SLOTS), "cycles");
   check(cudaMalloc(&sink, sizeof(float) * sms), "sink");
   check(cudaFuncSetAttribute(mix_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES), "smem");
-  const char* names[ROLES] = {"softmax-like", "PV", "producer"};
+  const char* names[SLOTS] = {"softmax-like", "PV", "producer", "(softmax-like's WGMMA issue)"};
   std::printf("%d CTAs x %d pages%s, cycles per page (median over CTAs; 0 = role off)\n", sms, ITERS,
               qk_pairs ? ", QK in pairs (m64n128)" : "");
   for (int mask : {1, 2, 4, 3, 5, 6, 7}) {
-    check(cudaMemset(cycles, 0, sizeof(long long) * sms * ROLES), "clear");
+    check(cudaMemset(cycles, 0, sizeof(long long) * sms * SLOTS), "clear");
     const float ms = microbench::fastest_ms(
         [&] { mix_kernel<<<sms, ws::WS_THREADS, SMEM_BYTES>>>(src, mask, qk_pairs, cycles, sink); }, 3, 1);
-    std::vector<long long> h(static_cast<size_t>(sms) * ROLES);
+    std::vector<long long> h(static_cast<size_t>(sms) * SLOTS);
     check(cudaMemcpy(h.data(), cycles, sizeof(long long) * h.size(), cudaMemcpyDeviceToHost), "copy");
     double worst = 0;
     std::printf("mask %d (%.3f ms):", mask, ms);
-    for (int r = 0; r < ROLES; ++r) {
+    for (int r = 0; r < SLOTS; ++r) {
       std::vector<long long> v;
-      for (int c = 0; c < sms; ++c) v.push_back(h[static_cast<size_t>(c) * ROLES + r]);
+      for (int c = 0; c < sms; ++c) v.push_back(h[static_cast<size_t>(c) * SLOTS + r]);
       std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
       const double per = static_cast<double>(v[v.size() / 2]) / ITERS;
-      worst = std::max(worst, per);
+      if (r < ROLES) worst = std::max(worst, per);
       std::printf("  %s %.0f", names[r], per);
     }
     std::printf("  | slowest role %.0f\n", worst);
