@@ -39,8 +39,8 @@ class Cta:
     kernel: str = "?"
     issue: list[int] = dataclasses.field(default_factory=list)  # ns, per block of the walk
     own: dict[int, list[int]] = dataclasses.field(default_factory=dict)  # warpgroup -> [arrival, end, arrival, ...]
-    # ws kernel: role (smx, pv0, pv1) -> stamps per block of the walk: smx four [QK retired, logits done, next
-    # page in, hand-off published], pv0 / pv1 two [hand-off seen, PV done].
+    # ws kernel: role (smx, pv0, pv1) -> stamps per block of the walk: smx SMX_STAMPS (ws_per_block), pv0 / pv1
+    # two [hand-off seen, PV done].
     roles: dict[str, list[int]] = dataclasses.field(default_factory=dict)
 
     def blocks(self):
