@@ -96,21 +96,8 @@ __device__ __forceinline__ void softmax_and_publish(float (&s)[32], const float 
   publish_pt(tile, p_blk, row0, t);
   publish_state(tile, st, o_scale, row0, t);
   after_stores();
-#ifndef SNAPMLA_EXP_LATE_HANDOFF
   fence_proxy_async_smem();
   mbarrier_arrive(&ss.xchg_full[stage]);
-#endif
-}
-
-// -DSNAPMLA_EXP_LATE_HANDOFF (experiment): block n's hand-off is published once both chains of n + 1 retired, so
-// that PV(n)'s m-tiles do not share the tensor pipe with chain B(n + 1) while the softmax waits for it.
-__device__ __forceinline__ void publish_late(SharedStorage& ss, int n, int n0) {
-#ifdef SNAPMLA_EXP_LATE_HANDOFF
-  if (n > n0) {
-    fence_proxy_async_smem();
-    mbarrier_arrive(&ss.xchg_full[(n - 1) % KV_STAGES]);
-  }
-#endif
 }
 
 // Blocks n in [first, end) of the piece that starts at block index n0 (piece block pc.blk_begin), none of them
@@ -129,7 +116,6 @@ __device__ __forceinline__ void softmax_blocks(float (&acc_a)[32], float (&acc_b
     // and B(n) made ptxas serialise every WGMMA of the kernel (C7514: accumulator registers read while a group
     // was outstanding), 0.81-0.86x (docs/design.md section 5).
     retire_chains(s, acc_a, acc_b);
-    publish_late(ss, n, n0);
     bt.mark();
     float ks[16];
     load_k_scales(ss.kv_scale[stage], t, ks);
@@ -191,7 +177,6 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
     {
       float s[32];
       retire_chains(s, acc_a, acc_b);
-      publish_late(ss, last, block_idx);
       bt.mark();
       mbarrier_arrive(&ss.q_empty[0]);  // the piece's last QK retired: the producer may load the next tile
       float ks[16];
@@ -200,7 +185,6 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
       // wait and issue times are 0).
       softmax_and_publish<true>(s, ks, ss, last % KV_STAGES, pc.blk_end - 1, q_mul, limit, row0, t, st,
                                 [&] { bt.mark(); bt.mark(); bt.mark(); }, [&] { bt.mark(); bt.mark(); });
-      publish_late(ss, last + 1, block_idx);  // the last block's own hand-off (experiment only)
       bt.mark();
     }
     block_idx += n_blocks;
