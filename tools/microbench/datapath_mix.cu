@@ -57,11 +57,15 @@ using microbench::check;
 constexpr int ITERS = 512;       // pages per role and CTA
 constexpr int SRC_PAGES = 256;   // 10.5 MB of source pages: L2-resident after the first launch
 constexpr int ROLES = 3;         // softmax-like, PV (warpgroup 0's clock), producer
-constexpr int SLOTS = ROLES + 1;  // + the softmax-like role's cycles inside its WGMMA issue (arrive to commit)
+constexpr int SLOTS = ROLES + 2;  // + the softmax-like role's cycles inside its WGMMA issue (arrive to commit),
+                                  // all of it and chain B's part
 
 // issue: clock64 cycles from the first WGMMA's arrive to the last commit, summed over the pages: whether issuing
-// the chains holds the warpgroup up while the PV role's WGMMAs occupy the tensor pipe.
-__device__ __forceinline__ void softmax_like(SharedStorage& ss, float& sink, long long& issue) {
+// the chains holds the warpgroup up while the PV role's WGMMAs occupy the tensor pipe. issue_b: chain B's part
+// (its arrive to its commit), which tells a queue of WGMMAs ahead from a fixed cost per WGMMA: with a queue of q
+// WGMMAs of 32 tensor cycles, chain A (8) issues in ~(8 - q) x 32 cycles and chain B (12) in ~12 x 32 behind A's
+// queued ones; at a fixed cost c per WGMMA, 8 c and 12 c.
+__device__ __forceinline__ void softmax_like(SharedStorage& ss, float& sink, long long& issue, long long& issue_b) {
   const auto [warp, lane, t, row0] = math_thread();
   float acc_a[32], acc_b[32];
   for (int it = 0; it < ITERS; ++it) {
@@ -73,13 +77,16 @@ __device__ __forceinline__ void softmax_like(SharedStorage& ss, float& sink, lon
     cute::warpgroup_arrive();
     issue_qk_content_steps<0, ws::WS_CHAIN_STEPS>(acc_a, q_content_desc(ss), k_content_desc(ss, stage));
     cute::warpgroup_commit_batch();
+    const long long ib = clock64();
     wgmma_fence_operands(acc_b);
     cute::warpgroup_arrive();
     issue_qk_content_steps<ws::WS_CHAIN_STEPS, ws::WS_CHAIN_STEPS>(acc_b, q_content_desc(ss),
                                                                     k_content_desc(ss, stage));
     issue_qk_rope_steps(acc_b, q_rope_desc(ss), k_rope_desc(ss, stage));
     cute::warpgroup_commit_batch();
-    issue += clock64() - i0;
+    const long long i1 = clock64();
+    issue += i1 - i0;
+    issue_b += i1 - ib;
     cute::warpgroup_wait<0>();
     wgmma_fence_operands(acc_a);
     wgmma_fence_operands(acc_b);
@@ -187,7 +194,7 @@ __global__ void __launch_bounds__(ws::WS_THREADS, 1) mix_kernel(const uint8_t* s
   __syncthreads();
   const int wg = threadIdx.x / WG_THREADS;
   float acc = 0.f;
-  long long t0 = 0, t1 = 0, issue = 0;
+  long long t0 = 0, t1 = 0, issue = 0, issue_b = 0;
   if (wg == PRODUCER_WG) {
     cutlass::arch::warpgroup_reg_dealloc<ws::WS_PRODUCER_REGS>();
     if ((mask & 4) && threadIdx.x == PRODUCER_WG * WG_THREADS) {
@@ -200,7 +207,7 @@ __global__ void __launch_bounds__(ws::WS_THREADS, 1) mix_kernel(const uint8_t* s
     if (mask & 1) {
       t0 = clock64();
       if (qk_pairs) softmax_like_pairs(ss, acc, issue);
-      else softmax_like(ss, acc, issue);
+      else softmax_like(ss, acc, issue, issue_b);
       t1 = clock64();
     }
   } else {
@@ -214,7 +221,10 @@ __global__ void __launch_bounds__(ws::WS_THREADS, 1) mix_kernel(const uint8_t* s
   if (threadIdx.x % WG_THREADS == 0) {
     const int role = wg == ws::SOFTMAX_WG ? 0 : wg == PRODUCER_WG ? 2 : wg == 0 ? 1 : -1;
     if (role >= 0) cycles[blockIdx.x * SLOTS + role] = t1 - t0;
-    if (role == 0) cycles[blockIdx.x * SLOTS + ROLES] = issue;
+    if (role == 0) {
+      cycles[blockIdx.x * SLOTS + ROLES] = issue;
+      cycles[blockIdx.x * SLOTS + ROLES + 1] = issue_b;  // 0 with --qk-pairs (one chain per pair)
+    }
   }
   if (acc == 12345.f) sink[blockIdx.x] = acc;  // keeps the math alive; never true on zeros
 }
@@ -233,7 +243,7 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&cycles, sizeof(long long) * sms * SLOTS), "cycles");
   check(cudaMalloc(&sink, sizeof(float) * sms), "sink");
   check(cudaFuncSetAttribute(mix_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES), "smem");
-  const char* names[SLOTS] = {"softmax-like", "PV", "producer", "(softmax-like's WGMMA issue)"};
+  const char* names[SLOTS] = {"softmax-like", "PV", "producer", "(softmax-like's WGMMA issue)", "(of it chain B)"};
   std::printf("%d CTAs x %d pages%s, cycles per page (median over CTAs; 0 = role off)\n", sms, ITERS,
               qk_pairs ? ", QK in pairs (m64n128)" : "");
   for (int mask : {1, 2, 4, 3, 5, 6, 7}) {
