@@ -88,15 +88,6 @@ __device__ __forceinline__ void softmax_and_publish(float (&s)[32], const float 
   float o_scale[2];
   softmax_logits_ks<MASKED>(s, ks, q_mul, n_vis, t, mx);
   after_logits();
-#ifdef SNAPMLA_EXP_EXPS_AFTER_A
-  // Experiment: the row maxima made to depend on a volatile shared-memory load (of a finite k scale, times 0) after
-  // the page wait and chain A's issue, so that ptxas cannot hoist the exponentials above them (it hoists 25 of the
-  // block's 34 MUFU.EX2 there otherwise; an empty-asm fence or a named barrier does not stop it).
-#pragma unroll
-  for (int r = 0; r < 2; ++r)
-    asm volatile("{\n .reg .f32 z;\n ld.volatile.shared.f32 z, [%1];\n mul.f32 z, z, 0f00000000;\n"
-                 " add.f32 %0, %0, z;\n}" : "+f"(mx[r]) : "r"(smem_u32(&ss.kv_scale[stage][r])) : "memory");
-#endif
   softmax_probs_ks<MASKED>(s, ks, mx, n_vis, t, st, o_scale);
   uint32_t p_blk[8];
   const float inv[2] = {st[0].inv, st[1].inv};
