@@ -47,10 +47,6 @@ __device__ __forceinline__ void init_wide_pipeline(const KernelParams& kp, Share
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int i = 0; i < KV_STAGES; ++i) mbarrier_init(&ss.xchg_full[i], WG_THREADS);  // fenced by init_pipeline
-#ifdef SNAPMLA_EXP_PV_CHAIN_B
-    mbarrier_init(&ss.qkb_full[0], WG_THREADS);
-    mbarrier_init(&ss.qkb_empty[0], WG_THREADS);
-#endif
   }
   init_pipeline(kp, ss, kv_empty_arrivals, q_empty_arrivals);
   __syncthreads();

@@ -54,13 +54,6 @@ struct alignas(1024) SharedStorage {
 #ifdef SNAPMLA_TRACE_PHASES
   unsigned long long trace[NUM_MATH_WG][TRACE_SLOTS];  // phase-trace builds only: trace/phase.cuh
 #endif
-#ifdef SNAPMLA_EXP_PV_CHAIN_B
-  // Experiment (ws kernel): chain B of one block, fp32, thread t's 32 accumulator values as qk_b[0..7][t]; written
-  // by the warpgroup that issued it (qkb_full, 128 arrivals), read by the softmax warpgroup (qkb_empty, 128).
-  float4 qk_b[8][WG_THREADS];
-  uint64_t qkb_full[1];
-  uint64_t qkb_empty[1];
-#endif
 };
 
 // Dynamic shared memory requested at launch: the struct plus slack to align the base to 1024 B.

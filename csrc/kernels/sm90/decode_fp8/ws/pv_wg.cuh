@@ -17,9 +17,6 @@
 #include "kernels/sm90/decode_fp8/shared/traits.h"
 #include "kernels/sm90/decode_fp8/trace/hook.cuh"
 #include "kernels/sm90/decode_fp8/ws/config.h"
-#ifdef SNAPMLA_EXP_PV_CHAIN_B
-#include "kernels/sm90/decode_fp8/ws/softmax_wg.cuh"  // deliver_chain_b
-#endif
 
 namespace snapmla::sm90::decode_fp8::ws {
 
@@ -43,15 +40,6 @@ __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const Sched
 #pragma unroll 1
     for (int j = 0; j < n_blocks; ++j) {
       const int n = block_idx + j;
-#ifdef SNAPMLA_EXP_PV_CHAIN_B
-      // Experiment (softmax_wg.cuh): chain B of block n + 1 by PV warpgroup (n + 1) % 2, while it waits for block
-      // n's hand-off. The piece's query tile: waited for at its first block (the softmax warpgroup cannot finish
-      // the piece, and so cannot let the next tile in, without this chain), seen through xchg_full after that.
-      if (j + 1 < n_blocks && ((n + 1) & 1) == pv) {
-        if (j == 0) StageRing<1>::wait_full(ss.q_full, piece);
-        deliver_chain_b(ss, n + 1, threadIdx.x % WG_THREADS);
-      }
-#endif
       StageRing<KV_STAGES>::wait_full(ss.xchg_full, n);
       bt.mark();
       // The piece's last stage stays held: its hand-off has the state the epilogue needs.

@@ -59,45 +59,6 @@ __device__ __forceinline__ void issue_chain_b(float (&acc_b)[32], const SharedSt
   cute::warpgroup_commit_batch();
 }
 
-#ifdef SNAPMLA_EXP_PV_CHAIN_B
-// Experiment: chain B of every block but a piece's first is issued by a PV warpgroup in its wait for the previous
-// block's hand-off (pv_wg.cuh), retired there and handed to this warpgroup in fp32 through qk_b (16 KB, one block at
-// a time: qkb_full / qkb_empty, phases by the running block index). The softmax warpgroup delivers the piece's first
-// block's chain B itself through the same buffer, so that every block retires the same way. Same chains, same sum:
-// same bits.
-// Chain B of block n issued, retired and stored into qk_b by the calling warpgroup (no WGMMA group of its own may be
-// outstanding that it would not mind waiting for); tid: the thread's index in its warpgroup.
-__device__ __forceinline__ void deliver_chain_b(SharedStorage& ss, int n, int tid) {
-  StageRing<KV_STAGES>::wait_full(ss.kv_full, n);
-  StageRing<1>::wait_empty(ss.qkb_empty, n);
-  float acc[32];
-  issue_chain_b(acc, ss, n % KV_STAGES);
-  cute::warpgroup_wait<0>();
-  wgmma_fence_operands(acc);
-#pragma unroll
-  for (int k4 = 0; k4 < 8; ++k4)
-    ss.qk_b[k4][tid] = make_float4(acc[4 * k4], acc[4 * k4 + 1], acc[4 * k4 + 2], acc[4 * k4 + 3]);
-  mbarrier_arrive(&ss.qkb_full[0]);
-}
-
-// Chain A of block n retired, chain B of n read from qk_b: s = acc_a + B, the same fp32 sum as retire_chains.
-__device__ __forceinline__ void retire_chains_b_shared(float (&s)[32], float (&acc_a)[32], SharedStorage& ss, int n) {
-  cute::warpgroup_wait<0>();
-  wgmma_fence_operands(acc_a);
-  StageRing<1>::wait_full(ss.qkb_full, n);
-  const int tid = threadIdx.x % WG_THREADS;
-#pragma unroll
-  for (int k4 = 0; k4 < 8; ++k4) {
-    const float4 b = ss.qk_b[k4][tid];
-    s[4 * k4] = acc_a[4 * k4] + b.x;
-    s[4 * k4 + 1] = acc_a[4 * k4 + 1] + b.y;
-    s[4 * k4 + 2] = acc_a[4 * k4 + 2] + b.z;
-    s[4 * k4 + 3] = acc_a[4 * k4 + 3] + b.w;
-  }
-  mbarrier_arrive(&ss.qkb_empty[0]);
-}
-#endif
-
 // Both chains retired and summed: s = acc_a + acc_b.
 __device__ __forceinline__ void retire_chains(float (&s)[32], float (&acc_a)[32], float (&acc_b)[32]) {
   cute::warpgroup_wait<0>();
@@ -154,11 +115,7 @@ __device__ __forceinline__ void softmax_blocks(float (&acc_a)[32], float (&acc_b
     // Both chains of n retired before chain A of n + 1 goes out. Issuing A(n + 1) between the waits of A(n)
     // and B(n) made ptxas serialise every WGMMA of the kernel (C7514: accumulator registers read while a group
     // was outstanding), 0.81-0.86x (docs/design.md section 5).
-#ifdef SNAPMLA_EXP_PV_CHAIN_B
-    retire_chains_b_shared(s, acc_a, ss, n);
-#else
     retire_chains(s, acc_a, acc_b);
-#endif
     bt.mark();
     float ks[16];
     load_k_scales(ss.kv_scale[stage], t, ks);
@@ -171,9 +128,7 @@ __device__ __forceinline__ void softmax_blocks(float (&acc_a)[32], float (&acc_b
     };
     auto issue_b = [&] {
       bt.mark();  // the hand-off's stores issued
-#ifndef SNAPMLA_EXP_PV_CHAIN_B
       issue_chain_b(acc_b, ss, (n + 1) % KV_STAGES);
-#endif
       bt.mark();  // chain B of n + 1 issued
     };
     wgmma_fence_operands(s);
@@ -214,22 +169,14 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
     float acc_a[32], acc_b[32];
     StageRing<KV_STAGES>::wait_full(ss.kv_full, block_idx);
     issue_chain_a(acc_a, ss, block_idx % KV_STAGES);
-#ifdef SNAPMLA_EXP_PV_CHAIN_B
-    deliver_chain_b(ss, block_idx, threadIdx.x % WG_THREADS);
-#else
     issue_chain_b(acc_b, ss, block_idx % KV_STAGES);
-#endif
     const int last = block_idx + n_blocks - 1;
     const int whole_end = block_idx + min(max(whole_blocks(p, pc.seqlen) - pc.blk_begin, 0), n_blocks - 1);
     softmax_blocks<false>(acc_a, acc_b, ss, block_idx, whole_end, block_idx, pc, q_mul, limit, row0, t, st, bt);
     softmax_blocks<true>(acc_a, acc_b, ss, whole_end, last, block_idx, pc, q_mul, limit, row0, t, st, bt);
     {
       float s[32];
-#ifdef SNAPMLA_EXP_PV_CHAIN_B
-      retire_chains_b_shared(s, acc_a, ss, last);
-#else
       retire_chains(s, acc_a, acc_b);
-#endif
       bt.mark();
       mbarrier_arrive(&ss.q_empty[0]);  // the piece's last QK retired: the producer may load the next tile
       float ks[16];
