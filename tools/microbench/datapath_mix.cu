@@ -21,8 +21,8 @@
 // Printed per role mask (1 softmax-like, 2 PV, 4 producer; 7 all): cycles per page of each role, median over the
 // CTAs (clock64 from its first to its last page), the softmax-like role's cycles per page inside its WGMMA issue
 // (first arrive to last commit: 477 of 940 alone on the H100, 2026-12-07, ~75 % of the chains' 640 tensor cycles)
-// and chain B's part of it (which says whether a queue ahead of the warp or a cost per WGMMA sets that hold; 0 with
-// --qk-pairs), and the slowest role's.
+// and chain B's part of it (344 of the 477 alone: a queue of ~5 WGMMAs ahead of the warp, not a fixed cost per WGMMA;
+// 0 with --qk-pairs), and the slowest role's.
 //   build (CUTLASS: the headers setup.py finds, e.g. third_party/cutlass or the nvidia-cutlass package's source/):
 //          nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -I csrc -I $CUTLASS/include -o /tmp/datapath_mix \
 //            tools/microbench/datapath_mix.cu
