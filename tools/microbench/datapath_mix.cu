@@ -18,6 +18,10 @@
 // one chain of 16 FP8 SS m64n128k32 and 4 BF16 SS m64n128k16 over stages 0 and 1 taken as one interleaved pair
 // (content k-tile c of the pair: the 16 KB at 16 KB x c, 128 token rows; RoPE: both stages' 8 KB), retired, its
 // P8 packing and both pages' P^T stores. The other roles are unchanged (PV still folds every page).
+// With --b-in-pv the mix is candidate H's (docs/design.md section 4): the softmax-like role issues chain A only and
+// adds chain B from a 16 KB fp32 buffer behind SharedStorage (8 LDS.128 per thread and page); PV warpgroup
+// page % 2 issues chain B before its PV of the page, retires it and stores it there (8 STS.128). Is the extra
+// shared-memory traffic (+256 wavefronts per page) paid for by the shorter softmax-like role?
 // Printed per role mask (1 softmax-like, 2 PV, 4 producer; 7 all): cycles per page of each role, median over the
 // CTAs (clock64 from its first to its last page), the softmax-like role's cycles per page inside its WGMMA issue
 // (first arrive to last commit: 477 of 940 alone on the H100, 2026-12-07, ~75 % of the chains' 640 tensor cycles)
@@ -26,7 +30,7 @@
 //   build (CUTLASS: the headers setup.py finds, e.g. third_party/cutlass or the nvidia-cutlass package's source/):
 //          nvcc -std=c++17 -gencode arch=compute_90a,code=sm_90a -O3 -I csrc -I $CUTLASS/include -o /tmp/datapath_mix \
 //            tools/microbench/datapath_mix.cu
-//   run:   timeout 120 /tmp/datapath_mix [--qk-pairs]
+//   run:   timeout 120 /tmp/datapath_mix [--qk-pairs | --b-in-pv]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -152,7 +156,64 @@ __device__ __forceinline__ void softmax_like_pairs(SharedStorage& ss, float& sin
   }
 }
 
-__device__ __forceinline__ void pv_role(SharedStorage& ss, int pv, float& sink) {
+// Candidate H (--b-in-pv, docs/design.md section 4): chain B of each page issued by PV warpgroup page % 2, retired
+// and stored in fp32 into a 16 KB buffer behind SharedStorage (thread t's 32 values as qkb[k4][t]); the softmax-like
+// role issues chain A only and reads chain B from the buffer. No barrier orders them (the floor of the mix: zeros).
+__device__ __forceinline__ float4* chain_b_buffer(SharedStorage& ss) {
+  return reinterpret_cast<float4*>(reinterpret_cast<uint8_t*>(&ss) + sizeof(SharedStorage));
+}
+constexpr int CHAIN_B_BUFFER_BYTES = 8 * WG_THREADS * 16;  // 16 KB
+
+__device__ __forceinline__ void softmax_like_b_in_pv(SharedStorage& ss, float& sink, long long& issue) {
+  const auto [warp, lane, t, row0] = math_thread();
+  const float4* qkb = chain_b_buffer(ss) + threadIdx.x % WG_THREADS;
+  float acc_a[32];
+  for (int it = 0; it < ITERS; ++it) {
+    const int stage = it % 2;
+    float ks[16];
+    load_k_scales(ss.kv_scale[stage], t, ks);
+    const long long i0 = clock64();
+    wgmma_fence_operands(acc_a);
+    cute::warpgroup_arrive();
+    issue_qk_content_steps<0, ws::WS_CHAIN_STEPS>(acc_a, q_content_desc(ss), k_content_desc(ss, stage));
+    cute::warpgroup_commit_batch();
+    issue += clock64() - i0;
+    cute::warpgroup_wait<0>();
+    wgmma_fence_operands(acc_a);
+    float s[32];
+#pragma unroll
+    for (int k4 = 0; k4 < 8; ++k4) {
+      const float4 b = qkb[k4 * WG_THREADS];
+      const float bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[4 * k4 + e] = (acc_a[4 * k4 + e] + bv[e]) * ks[2 * k4 + e % 2];
+    }
+    uint32_t p[8];
+    const float inv[2] = {1.f, 1.f};
+    pack_p(s, inv, p);
+    publish_pt(smem_u32(ss.kv_rope[stage]), p, row0, t);
+    fence_proxy_async_smem();
+    sink += s[0] + s[31];
+  }
+}
+
+// Chain B of the page in stage `stage`, issued, retired and stored by a PV warpgroup (--b-in-pv).
+__device__ __forceinline__ void pv_chain_b(SharedStorage& ss, int stage) {
+  float acc[32];
+  wgmma_fence_operands(acc);
+  cute::warpgroup_arrive();
+  issue_qk_content_steps<ws::WS_CHAIN_STEPS, ws::WS_CHAIN_STEPS>(acc, q_content_desc(ss), k_content_desc(ss, stage));
+  issue_qk_rope_steps(acc, q_rope_desc(ss), k_rope_desc(ss, stage));
+  cute::warpgroup_commit_batch();
+  cute::warpgroup_wait<0>();
+  wgmma_fence_operands(acc);
+  float4* qkb = chain_b_buffer(ss) + threadIdx.x % WG_THREADS;
+#pragma unroll
+  for (int k4 = 0; k4 < 8; ++k4)
+    qkb[k4 * WG_THREADS] = make_float4(acc[4 * k4], acc[4 * k4 + 1], acc[4 * k4 + 2], acc[4 * k4 + 3]);
+}
+
+__device__ __forceinline__ void pv_role(SharedStorage& ss, int pv, bool b_in_pv, float& sink) {
   const auto [warp, lane, t, row0] = math_thread();
   float o[PV_M_TILES][32];
 #pragma unroll
@@ -161,7 +222,10 @@ __device__ __forceinline__ void pv_role(SharedStorage& ss, int pv, float& sink) 
     for (int k = 0; k < 32; ++k) o[m][k] = 0.f;
   }
 #pragma unroll 1
-  for (int it = 0; it < ITERS; ++it) pv_block_lean<false>(o, ss, it % 2, pv, warp, lane, BLOCK_N, false);
+  for (int it = 0; it < ITERS; ++it) {
+    if (b_in_pv && it % 2 == pv) pv_chain_b(ss, it % 2);
+    pv_block_lean<false>(o, ss, it % 2, pv, warp, lane, BLOCK_N, false);
+  }
 #pragma unroll
   for (int m = 0; m < PV_M_TILES; ++m) sink += o[m][0] + o[m][31];
 }
@@ -180,12 +244,14 @@ __device__ __forceinline__ void producer(SharedStorage& ss, const uint8_t* src) 
   for (int it = ITERS - 2; it < ITERS; ++it) mbarrier_wait(&ss.kv_full[2 + it % 2], (it / 2) & 1);
 }
 
-__global__ void __launch_bounds__(ws::WS_THREADS, 1) mix_kernel(const uint8_t* src, int mask, int qk_pairs,
+enum class QkMode { kChains, kPairs, kBInPv };  // the softmax-like role's QK: as the kernel, D2, H (header)
+
+__global__ void __launch_bounds__(ws::WS_THREADS, 1) mix_kernel(const uint8_t* src, int mask, QkMode qk,
                                                                long long* cycles, float* sink) {
   extern __shared__ uint8_t smem_raw[];
   SharedStorage& ss = aligned_storage<SharedStorage>(smem_raw);
   // Zeros everywhere the roles read (finite operands; the tensor cores' timing does not depend on values).
-  for (int i = threadIdx.x; i < static_cast<int>(sizeof(SharedStorage) / 4); i += blockDim.x)
+  for (int i = threadIdx.x; i < static_cast<int>((sizeof(SharedStorage) + CHAIN_B_BUFFER_BYTES) / 4); i += blockDim.x)
     reinterpret_cast<uint32_t*>(&ss)[i] = 0u;
   if (threadIdx.x == 0) {
     for (int s = 0; s < KV_STAGES; ++s) mbarrier_init(&ss.kv_full[s], 1);
@@ -207,7 +273,8 @@ __global__ void __launch_bounds__(ws::WS_THREADS, 1) mix_kernel(const uint8_t* s
     cutlass::arch::warpgroup_reg_dealloc<ws::WS_SOFTMAX_REGS>();
     if (mask & 1) {
       t0 = clock64();
-      if (qk_pairs) softmax_like_pairs(ss, acc, issue);
+      if (qk == QkMode::kPairs) softmax_like_pairs(ss, acc, issue);
+      else if (qk == QkMode::kBInPv) softmax_like_b_in_pv(ss, acc, issue);
       else softmax_like(ss, acc, issue, issue_b);
       t1 = clock64();
     }
@@ -215,7 +282,7 @@ __global__ void __launch_bounds__(ws::WS_THREADS, 1) mix_kernel(const uint8_t* s
     cutlass::arch::warpgroup_reg_alloc<ws::WS_PV_REGS>();
     if (mask & 2) {
       t0 = clock64();
-      pv_role(ss, wg, acc);
+      pv_role(ss, wg, qk == QkMode::kBInPv, acc);
       t1 = clock64();
     }
   }
@@ -224,7 +291,7 @@ __global__ void __launch_bounds__(ws::WS_THREADS, 1) mix_kernel(const uint8_t* s
     if (role >= 0) cycles[blockIdx.x * SLOTS + role] = t1 - t0;
     if (role == 0) {
       cycles[blockIdx.x * SLOTS + ROLES] = issue;
-      cycles[blockIdx.x * SLOTS + ROLES + 1] = issue_b;  // 0 with --qk-pairs (one chain per pair)
+      cycles[blockIdx.x * SLOTS + ROLES + 1] = issue_b;  // 0 with --qk-pairs (one chain per pair) and --b-in-pv
     }
   }
   if (acc == 12345.f) sink[blockIdx.x] = acc;  // keeps the math alive; never true on zeros
@@ -233,7 +300,10 @@ __global__ void __launch_bounds__(ws::WS_THREADS, 1) mix_kernel(const uint8_t* s
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int qk_pairs = argc > 1 && std::strcmp(argv[1], "--qk-pairs") == 0;
+  const QkMode qk = argc > 1 && std::strcmp(argv[1], "--qk-pairs") == 0   ? QkMode::kPairs
+                    : argc > 1 && std::strcmp(argv[1], "--b-in-pv") == 0 ? QkMode::kBInPv
+                                                                         : QkMode::kChains;
+  const int smem_bytes = SMEM_BYTES + CHAIN_B_BUFFER_BYTES;
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SM count");
   uint8_t* src = nullptr;
@@ -243,14 +313,16 @@ int main(int argc, char** argv) {
   check(cudaMemset(src, 0, static_cast<size_t>(SRC_PAGES) * kvl::PAGE_BYTES), "source");
   check(cudaMalloc(&cycles, sizeof(long long) * sms * SLOTS), "cycles");
   check(cudaMalloc(&sink, sizeof(float) * sms), "sink");
-  check(cudaFuncSetAttribute(mix_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES), "smem");
+  check(cudaFuncSetAttribute(mix_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes), "smem");
   const char* names[SLOTS] = {"softmax-like", "PV", "producer", "(softmax-like's WGMMA issue)", "(of it chain B)"};
   std::printf("%d CTAs x %d pages%s, cycles per page (median over CTAs; 0 = role off)\n", sms, ITERS,
-              qk_pairs ? ", QK in pairs (m64n128)" : "");
+              qk == QkMode::kPairs   ? ", QK in pairs (m64n128)"
+              : qk == QkMode::kBInPv ? ", chain B in the PV role"
+                                     : "");
   for (int mask : {1, 2, 4, 3, 5, 6, 7}) {
     check(cudaMemset(cycles, 0, sizeof(long long) * sms * SLOTS), "clear");
     const float ms = microbench::fastest_ms(
-        [&] { mix_kernel<<<sms, ws::WS_THREADS, SMEM_BYTES>>>(src, mask, qk_pairs, cycles, sink); }, 3, 1);
+        [&] { mix_kernel<<<sms, ws::WS_THREADS, smem_bytes>>>(src, mask, qk, cycles, sink); }, 3, 1);
     std::vector<long long> h(static_cast<size_t>(sms) * SLOTS);
     check(cudaMemcpy(h.data(), cycles, sizeof(long long) * h.size(), cudaMemcpyDeviceToHost), "copy");
     double worst = 0;
