@@ -7,7 +7,7 @@
 //
 // Grid: one CTA per SM, 512 threads, the ws kernel's register split (ws/config.h). Roles, each over ITERS pages:
 //   softmax-like (WG3)  the block's k scales (load_k_scales), QK as chains A and B (8 + 8 FP8 SS m64n64k32 and
-//                       4 BF16 SS m64n64k16, qk_steps.cuh), both retired, their fp32 sum, P8 packing and the P^T
+//                       4 BF16 SS m64n64k16, ws/softmax_wg.cuh), both retired, their fp32 sum, P8 packing and the P^T
 //                       stores of the hand-off (publish_pt) and its proxy fence; no softmax arithmetic beyond that;
 //   PV (WG0, WG1)       pv_block_lean of block_pv.cuh as the kernel runs it (4 m-tiles of 2 RS QGMMA, V^T by
 //                       ldmatrix.trans, the fold scales, the fp32 folds), without its stage release;
@@ -49,6 +49,7 @@
 #include "kernels/sm90/decode_fp8/shared/schedule.cuh"
 #include "kernels/sm90/decode_fp8/shared/softmax.cuh"
 #include "kernels/sm90/decode_fp8/ws/config.h"
+#include "kernels/sm90/decode_fp8/ws/softmax_wg.cuh"  // issue_chain_a / issue_chain_b, as the kernel issues them
 #include "kv_layout.h"
 
 using namespace snapmla::sm90;
@@ -78,17 +79,9 @@ __device__ __forceinline__ void softmax_like(SharedStorage& ss, float& sink, lon
     float ks[16];
     load_k_scales(ss.kv_scale[stage], t, ks);
     const long long i0 = clock64();
-    wgmma_fence_operands(acc_a);
-    cute::warpgroup_arrive();
-    issue_qk_content_steps<0, ws::WS_CHAIN_STEPS>(acc_a, q_content_desc(ss), k_content_desc(ss, stage));
-    cute::warpgroup_commit_batch();
+    ws::issue_chain_a(acc_a, ss, stage);
     const long long ib = clock64();
-    wgmma_fence_operands(acc_b);
-    cute::warpgroup_arrive();
-    issue_qk_content_steps<ws::WS_CHAIN_STEPS, ws::WS_CHAIN_STEPS>(acc_b, q_content_desc(ss),
-                                                                    k_content_desc(ss, stage));
-    issue_qk_rope_steps(acc_b, q_rope_desc(ss), k_rope_desc(ss, stage));
-    cute::warpgroup_commit_batch();
+    ws::issue_chain_b(acc_b, ss, stage);
     const long long i1 = clock64();
     issue += i1 - i0;
     issue_b += i1 - ib;
@@ -173,10 +166,7 @@ __device__ __forceinline__ void softmax_like_b_in_pv(SharedStorage& ss, float& s
     float ks[16];
     load_k_scales(ss.kv_scale[stage], t, ks);
     const long long i0 = clock64();
-    wgmma_fence_operands(acc_a);
-    cute::warpgroup_arrive();
-    issue_qk_content_steps<0, ws::WS_CHAIN_STEPS>(acc_a, q_content_desc(ss), k_content_desc(ss, stage));
-    cute::warpgroup_commit_batch();
+    ws::issue_chain_a(acc_a, ss, stage);
     issue += clock64() - i0;
     cute::warpgroup_wait<0>();
     wgmma_fence_operands(acc_a);
@@ -200,11 +190,7 @@ __device__ __forceinline__ void softmax_like_b_in_pv(SharedStorage& ss, float& s
 // Chain B of the page in stage `stage`, issued, retired and stored by a PV warpgroup (--b-in-pv).
 __device__ __forceinline__ void pv_chain_b(SharedStorage& ss, int stage) {
   float acc[32];
-  wgmma_fence_operands(acc);
-  cute::warpgroup_arrive();
-  issue_qk_content_steps<ws::WS_CHAIN_STEPS, ws::WS_CHAIN_STEPS>(acc, q_content_desc(ss), k_content_desc(ss, stage));
-  issue_qk_rope_steps(acc, q_rope_desc(ss), k_rope_desc(ss, stage));
-  cute::warpgroup_commit_batch();
+  ws::issue_chain_b(acc, ss, stage);
   cute::warpgroup_wait<0>();
   wgmma_fence_operands(acc);
   float4* qkb = chain_b_buffer(ss) + threadIdx.x % WG_THREADS;
