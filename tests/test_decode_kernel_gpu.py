@@ -242,71 +242,15 @@ def test_pdl_env_is_checked(monkeypatch):
         _run(p, 1, 16, False, None)
 
 
-# (name, b, s_q, h_q, seqlens, num_sm_parts, kernel, q layout). The ws kernel quantizes a BF16 q itself
-# (ws/query_quant.cuh): two tiles; a partial second tile (96 rows: rows past q_rows); ws forced at 48 rows (12 rows
-# per warp slab: slab rows past them); 8 tiles of s_q 4 x 128 heads; many pieces per CTA with empty ones (the tile
-# rewritten per piece behind q_empty); q as a strided view (576 of 640 per head; heads before tokens).
-BF16_Q_CASES = [
-    ("ws_two_tiles", 3, 2, 64, [3000, 0, 129], 20, "auto", "dense"),
-    ("ws_partial_tile_sq3_h32", 2, 3, 32, [777, 2049], 30, "auto", "dense"),
-    ("ws_forced_48_rows", 2, 1, 48, [1000, 65], 16, "ws", "dense"),
-    ("ws_8_tiles_sq4_h128", 2, 4, 128, [513, 1200], 24, "auto", "dense"),
-    ("ws_many_pieces_empty", 24, 1, 64, [0, 130, 64, 1, 700, 0] * 4, 5, "auto", "dense"),
-    ("ws_strided_head_pad", 2, 2, 64, [900, 333], 20, "auto", "head_pad"),
-    ("ws_strided_heads_first", 2, 2, 64, [900, 333], 20, "auto", "heads_first"),
-    ("wide_32_rows", 2, 2, 16, [900, 333], 20, "auto", "dense"),
-]
+def test_bf16_q_entry_matches_prequantized_q():
+    """flash_mla_with_kvcache with a BF16 q (decode_fp8_bf16q: Fused-Q-Quant launched inside the decode op) gives
+    the same bits as quantizing q first (snapmla_ext.ops.quantize_q) and passing the QuantizedQ."""
+    from snapmla_ext import ops
 
-
-def _q_layout(q, layout):
-    """q (b, s_q, h_q, 576) as the same values in another memory layout."""
-    if layout == "head_pad":  # each head's row padded to 640 elements (an engine's q slice of a wider projection)
-        wide = torch.full((*q.shape[:3], 640), float("nan"), dtype=q.dtype, device=q.device)
-        wide[..., :576] = q
-        return wide[..., :576]
-    if layout == "heads_first":  # (b, h_q, s_q, 576) storage viewed as (b, s_q, h_q, 576)
-        return q.transpose(1, 2).contiguous().transpose(1, 2)
-    return q
-
-
-def _kernels_launched(fn) -> list[str]:
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-
-
-@pytest.mark.parametrize("name,b,s_q,h_q,seqlens,parts,kernel,layout", BF16_Q_CASES, ids=[c[0] for c in BF16_Q_CASES])
-def test_bf16_q_entry_matches_prequantized_q(monkeypatch, name, b, s_q, h_q, seqlens, parts, kernel, layout):
-    """flash_mla_with_kvcache with a BF16 q (decode_fp8_bf16q) gives the same bits as quantizing q first
-    (snapmla_ext.ops.quantize_q) and passing the QuantizedQ, whether the ws kernel quantizes q in its prologue
-    (default) or the separate Fused-Q-Quant kernel does (SNAPMLA_IN_KERNEL_Q_QUANT=0); the narrow and wide kernels
-    always use the separate kernel. The kernel list says which path ran."""
-    force_kernel(kernel)
-    p = make_paged_inputs(b, s_q, h_q, seqlens, seed=sum(map(ord, name)), device="cuda")
-    q = _q_layout(p.q, layout)
-    meta, splits = get_mla_metadata(p.cache_seqlens, s_q * h_q, 1, num_sm_parts=parts)
-
-    def call(query):
-        return flash_mla_with_kvcache(query, p.cache, p.block_table, p.cache_seqlens, L.D_CONTENT, meta, splits,
-                                      causal=True)
-
-    prequantized = call(ops.quantize_q(q))
-    in_kernel = call(q)
-    names = _kernels_launched(lambda: call(q))
-    monkeypatch.setenv("SNAPMLA_IN_KERNEL_Q_QUANT", "0")
-    separate = call(q)
-    names_separate = _kernels_launched(lambda: call(q))
+    p = make_paged_inputs(3, 2, 64, [3000, 0, 129], seed=21, device="cuda")
+    meta, splits = get_mla_metadata(p.cache_seqlens, 2 * 64, 1, num_sm_parts=20)
+    fused = flash_mla_with_kvcache(p.q, p.cache, p.block_table, p.cache_seqlens, L.D_CONTENT, meta, splits, causal=True)
+    split = flash_mla_with_kvcache(ops.quantize_q(p.q), p.cache, p.block_table, p.cache_seqlens, L.D_CONTENT, meta,
+                                   splits, causal=True)
     torch.cuda.synchronize()
-    assert_same_decode_bits(in_kernel, prequantized)
-    assert_same_decode_bits(separate, prequantized)
-    ws = decode_kernel(s_q * h_q) == "ws"
-    assert any("q_quant_kernel" in n for n in names) == (not ws), names
-    assert any("q_quant_kernel" in n for n in names_separate), names_separate
-
-
-def test_in_kernel_q_quant_env_is_checked(monkeypatch):
-    p = make_paged_inputs(1, 1, 64, [100], seed=5, device="cuda")
-    monkeypatch.setenv("SNAPMLA_IN_KERNEL_Q_QUANT", "on")
-    with pytest.raises(RuntimeError, match="SNAPMLA_IN_KERNEL_Q_QUANT must be 0 or 1, got 'on'"):
-        _run(p, 1, 64, False, None)
+    assert_same_decode_bits(fused, split)

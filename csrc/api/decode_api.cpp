@@ -144,8 +144,7 @@ std::tuple<at::Tensor, at::Tensor> decode_impl(const at::Tensor& q_content, cons
                                                const at::Tensor& block_table, const at::Tensor& cache_seqlens,
                                                const at::Tensor& tile_scheduler_metadata, const at::Tensor& num_splits,
                                                double softmax_scale, bool causal,
-                                               const sm90::decode_fp8::LaunchFirst& launch_first,
-                                               const quant::QQuantParams* bf16_q = nullptr) {
+                                               const sm90::decode_fp8::LaunchFirst& launch_first) {
   // ---- dtype ----
   checks::check_dtype(q_content, at::kFloat8_e4m3fn, "q_content");
   checks::check_dtype(q_rope, at::kBFloat16, "q_rope");
@@ -257,10 +256,6 @@ std::tuple<at::Tensor, at::Tensor> decode_impl(const at::Tensor& q_content, cons
       .q_rope_batch_stride = q_rope.stride(0),
       .q_rope_row_stride = q_rope.stride(2),
       .q_scale_batch_stride = q_scale.stride(0),
-      .q_bf16 = bf16_q != nullptr ? bf16_q->q : nullptr,
-      .q_bf16_stride_b = bf16_q != nullptr ? bf16_q->q_stride_b : 0,
-      .q_bf16_stride_s = bf16_q != nullptr ? bf16_q->q_stride_s : 0,
-      .q_bf16_stride_h = bf16_q != nullptr ? bf16_q->q_stride_h : 0,
       .kv_cache = kv_cache.data_ptr<uint8_t>(),
       .block_table = block_table.data_ptr<int>(),
       .block_table_batch_stride = block_table.stride(0),
@@ -296,8 +291,7 @@ std::tuple<at::Tensor, at::Tensor> decode_fp8(const at::Tensor& q_content, const
 // The same call from a BF16 q ((b, s_q, h_q, 576), checked as Fused-Q-Quant checks it): Fused-Q-Quant, decode and
 // combine are launched back to back once everything is allocated. Quantizing q in a call of its own left the GPU
 // idle for the host work of this one between the two kernels (~9 us of a 44 us call at b = 1, h_q = 64, 8k
-// tokens, H200, 2026-12-01). The ws kernel quantizes q itself instead (launch.cu decides; the buffers of qq are
-// then allocated and not written).
+// tokens, H200, 2026-12-01).
 std::tuple<at::Tensor, at::Tensor> decode_fp8_bf16q(const at::Tensor& q, const at::Tensor& kv_cache,
                                                     const at::Tensor& block_table, const at::Tensor& cache_seqlens,
                                                     const at::Tensor& tile_scheduler_metadata,
@@ -305,8 +299,7 @@ std::tuple<at::Tensor, at::Tensor> decode_fp8_bf16q(const at::Tensor& q, const a
   const PreparedQQuant qq = prepare_quantize_q(q);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(q.device().index());
   return decode_impl(qq.content, qq.rope, qq.scale, kv_cache, block_table, cache_seqlens, tile_scheduler_metadata,
-                     num_splits, softmax_scale, causal, [&] { quant::launch_q_quant(qq.params, stream); },
-                     &qq.params);
+                     num_splits, softmax_scale, causal, [&] { quant::launch_q_quant(qq.params, stream); });
 }
 
 // The kernel a call with q_rows query rows (s_q * h_q) runs now, and the override that decides it

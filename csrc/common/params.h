@@ -28,11 +28,6 @@ struct DecodeParams {
   int64_t q_content_batch_stride, q_content_row_stride;  // row = folded (s, h); needs (s, h) dims mergeable
   int64_t q_rope_batch_stride, q_rope_row_stride;
   int64_t q_scale_batch_stride;   // row stride is 1
-  // The BF16 query the quantized one above comes from, when the call has one: the ws kernel then quantizes its
-  // query tiles itself (ws/query_quant.cuh) and the three buffers above are not read; nullptr for the other
-  // kernels and for a caller's pre-quantized query (launch.cu decides).
-  const __nv_bfloat16* q_bf16;     // (b, s_q, h_q, 576) bf16, last dim contiguous, rows 16-B aligned
-  int64_t q_bf16_stride_b, q_bf16_stride_s, q_bf16_stride_h;  // in elements
 
   // ---- paged cache (kv_layout.h) ----
   const uint8_t* kv_cache;   // (num_blocks, PAGE_BYTES) uint8

@@ -158,16 +158,11 @@ __device__ __forceinline__ uint4 dequant_content_chunk(const uint2& chunk, float
 
 // Where one lane's share of a quantized row goes (or a cache token's comes from): its 8-B content pieces
 // (content elements [8 (lane + 32 i), +8)), its 16-B RoPE chunk (lanes < ROPE_CHUNKS) and the scale.
-// quantize_and_store_row writes through store_content / store_rope / store_scale, which a destination in shared
-// memory provides as well (the ws decode kernel's query tile, sm90/decode_fp8/ws/query_quant.cuh).
 template <typename Byte>
 struct LaneBytes {
   Byte* content[CONTENT_CHUNKS_PER_LANE];
   Byte* rope;
   Byte* scale;
-  __device__ __forceinline__ void store_content(int i, uint2 v) const { *reinterpret_cast<uint2*>(content[i]) = v; }
-  __device__ __forceinline__ void store_rope(uint4 v) const { *reinterpret_cast<uint4*>(rope) = v; }
-  __device__ __forceinline__ void store_scale(float v) const { *reinterpret_cast<float*>(scale) = v; }
 };
 
 // q_quant's three outputs: content (512,) e4m3 8-B aligned, rope (64,) bf16 16-B aligned, one fp32 scale.
@@ -196,15 +191,14 @@ __device__ __forceinline__ LaneBytes<Byte> token_bytes(Byte* cache, int64_t slot
 }
 
 // Quantize one row held by the warp and store it: content (512 e4m3), RoPE (64 bf16) and scale (fp32) go to
-// three separate destinations (q_quant: three output tensors; k_append: the three parts of a cache page; the ws
-// decode kernel: its query tile). Dst: LaneBytes<uint8_t> or another type with its three store functions.
-template <typename Dst>
-__device__ __forceinline__ void quantize_and_store_row(const RowChunks& r, int lane, const Dst& dst) {
+// three separate destinations (q_quant: three output tensors; k_append: the three parts of a cache page).
+__device__ __forceinline__ void quantize_and_store_row(const RowChunks& r, int lane, const LaneBytes<uint8_t>& dst) {
   const RowScale rs = row_scale(r);
 #pragma unroll
-  for (int i = 0; i < CONTENT_CHUNKS_PER_LANE; ++i) dst.store_content(i, quantize_content_chunk(r.content[i], rs.inv));
-  if (lane < ROPE_CHUNKS) dst.store_rope(scale_bf16_chunk<true>(r.rope, rs.inv));
-  if (lane == 0) dst.store_scale(rs.s);
+  for (int i = 0; i < CONTENT_CHUNKS_PER_LANE; ++i)
+    *reinterpret_cast<uint2*>(dst.content[i]) = quantize_content_chunk(r.content[i], rs.inv);
+  if (lane < ROPE_CHUNKS) *reinterpret_cast<uint4*>(dst.rope) = scale_bf16_chunk<true>(r.rope, rs.inv);
+  if (lane == 0) *reinterpret_cast<float*>(dst.scale) = rs.s;
 }
 
 // Dequantize cache token `slot` into out_row (576,) bf16, 16-B aligned; the warp cooperates as in load_row.

@@ -1,8 +1,5 @@
 // The decode launcher: checks the problem is not empty, takes the kernel from choose_decode_kernel
-// (kernel_choice.h) under the process-wide override, and launches it (instantiations/*.cu). A BF16 query
-// (DecodeParams::q_bf16) is quantized inside the ws kernel (ws/query_quant.cuh) unless SNAPMLA_IN_KERNEL_Q_QUANT=0
-// (read per call, so tests and benchmarks compare both in one process); for the narrow and wide kernels, and with
-// that switch off, launch_first (the separate Fused-Q-Quant kernel) writes the quantized query they load.
+// (kernel_choice.h) under the process-wide override, and launches it (instantiations/*.cu).
 // The override comes from SNAPMLA_DECODE_KERNEL, read once on the first call, and can be changed later through
 // set_decode_kernel_override (torch.ops.snapmla.set_decode_kernel), which tests and benchmarks use to compare
 // kernels in one process.
@@ -43,29 +40,14 @@ std::string set_decode_kernel_override(const std::string& choice) {
   return decode_kernel_name(static_cast<DecodeKernel>(override_slot().exchange(static_cast<int>(k))));
 }
 
-bool in_kernel_q_quant_enabled() {
-  const char* v = std::getenv("SNAPMLA_IN_KERNEL_Q_QUANT");
-  if (v == nullptr) return true;
-  const std::string s = v;
-  TORCH_CHECK(s == "0" || s == "1", "SNAPMLA_IN_KERNEL_Q_QUANT must be 0 or 1, got '", s, "'");
-  return s == "1";
-}
-
 void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first) {
   TORCH_CHECK(params.q_rows > 0 && params.b > 0 && params.num_sm_parts > 0 && params.num_blocks > 0,
               "launch_decode_fp8: empty problem (b = ", params.b, ", q_rows = ", params.q_rows,
               ", num_sm_parts = ", params.num_sm_parts, ", num_blocks = ", params.num_blocks, ")");
-  const DecodeKernel kernel = choose_decode_kernel(params.q_rows, decode_kernel_override());
-  if (kernel == DecodeKernel::kWs && params.q_bf16 != nullptr && in_kernel_q_quant_enabled()) {
-    launch_decode_fp8_ws(params, stream, {});  // the kernel quantizes q (ws/query_quant.cuh): no launch_first
-    return;
-  }
-  DecodeParams quantized = params;  // the query tile from launch_first's Fused-Q-Quant (or the caller's)
-  quantized.q_bf16 = nullptr;
-  switch (kernel) {
-    case DecodeKernel::kNarrow: launch_decode_fp8_narrow(quantized, stream, launch_first); return;
-    case DecodeKernel::kWs: launch_decode_fp8_ws(quantized, stream, launch_first); return;
-    default: launch_decode_fp8_wide(quantized, stream, launch_first); return;
+  switch (choose_decode_kernel(params.q_rows, decode_kernel_override())) {
+    case DecodeKernel::kNarrow: launch_decode_fp8_narrow(params, stream, launch_first); return;
+    case DecodeKernel::kWs: launch_decode_fp8_ws(params, stream, launch_first); return;
+    default: launch_decode_fp8_wide(params, stream, launch_first); return;
   }
 }
 

@@ -34,8 +34,7 @@ __host__ __device__ constexpr int warp_first_q_row(int m_tile, int warp, int rpw
 // (num_m_tiles(q_rows), num_sm_parts). Writes out/lse for requests done in one piece and o_accum/lse_accum
 // for split ones (the combine kernel runs after, see combine/launch.h).
 // launch_first (may be empty) is launched right before the decode kernel, once the kernel parameters (tensor
-// maps) are built: the call's Fused-Q-Quant goes there, so that no host work separates the two kernels. It is not
-// launched when the ws kernel quantizes params.q_bf16 itself (launch.cu).
+// maps) are built: the call's Fused-Q-Quant goes there, so that no host work separates the two kernels.
 using LaunchFirst = std::function<void()>;
 void launch_decode_fp8(const DecodeParams& params, cudaStream_t stream, const LaunchFirst& launch_first = {});
 
@@ -47,8 +46,6 @@ void launch_decode_fp8_ws(const DecodeParams& params, cudaStream_t stream, const
 // The process-wide kernel override: SNAPMLA_DECODE_KERNEL (auto, narrow, wide, ws), read on first use, then
 // whatever set_decode_kernel_override last set. Returns the previous override's name.
 DecodeKernel decode_kernel_override();
-// Whether the ws kernel quantizes a BF16 query itself: SNAPMLA_IN_KERNEL_Q_QUANT (0 or 1, default 1), read per call.
-bool in_kernel_q_quant_enabled();
 std::string set_decode_kernel_override(const std::string& choice);
 
 }  // namespace snapmla::sm90::decode_fp8

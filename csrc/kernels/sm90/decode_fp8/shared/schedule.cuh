@@ -36,12 +36,8 @@ struct Piece {
 // Per query row of a piece (both decode kernels): the logit multiplier q_scale * softmax_scale * log2 e (0 for a
 // row past q_rows, whose q_scale is not read), and how many of the request's seqlen tokens the row sees: causal
 // query token s = q_row / h_q sees 0 .. seqlen - s_q + s (docs/numerics_contract.md section 5), every row sees all of them otherwise.
-// tile_q_scale: the tile's scales in shared memory by tile row (the ws kernel with a BF16 query), else nullptr.
-__device__ __forceinline__ float row_logit_multiplier(const DecodeParams& p, int req, int q_row, bool valid,
-                                                     const float* tile_q_scale = nullptr, int tile_row = 0) {
-  const float qs = !valid                 ? 0.f
-                   : tile_q_scale != nullptr ? tile_q_scale[tile_row]
-                                             : p.q_scale[static_cast<int64_t>(req) * p.q_scale_batch_stride + q_row];
+__device__ __forceinline__ float row_logit_multiplier(const DecodeParams& p, int req, int q_row, bool valid) {
+  const float qs = valid ? p.q_scale[static_cast<int64_t>(req) * p.q_scale_batch_stride + q_row] : 0.f;  // (b, q_rows)
   return qs * (p.softmax_scale * LOG2E);
 }
 __device__ __forceinline__ int row_visible_tokens(const DecodeParams& p, int seqlen, int q_row, bool valid) {
@@ -58,16 +54,14 @@ __device__ __forceinline__ int whole_blocks(const DecodeParams& p, int seqlen) {
 
 // The two rows of a math thread in a 64-row tile (the decode kernels with 64-row tiles, wide and ws): rows
 // lane / 4 and lane / 4 + 8 of its warp's slab, which starts at query row warp_q_row0 and holds rpw rows
-// (launch.h rows_per_warp). q_mul and limit as above; a padding row gets q_mul 0 and sees every token. tile_q_scale
-// as in row_logit_multiplier (tile row 16 warp + lane / 4 + 8 r).
+// (launch.h rows_per_warp). q_mul and limit as above; a padding row gets q_mul 0 and sees every token.
 __device__ __forceinline__ void tile_rows(const DecodeParams& p, int req, int seqlen, int warp_q_row0, int rpw, int lane,
-                                          float (&q_mul)[2], int (&limit)[2], const float* tile_q_scale = nullptr,
-                                          int warp = 0) {
+                                          float (&q_mul)[2], int (&limit)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int q_row = warp_q_row0 + lane / 4 + 8 * r;
     const bool valid = lane / 4 + 8 * r < rpw && q_row < p.q_rows;
-    q_mul[r] = row_logit_multiplier(p, req, q_row, valid, tile_q_scale, 16 * warp + lane / 4 + 8 * r);
+    q_mul[r] = row_logit_multiplier(p, req, q_row, valid);
     limit[r] = row_visible_tokens(p, seqlen, q_row, valid);
   }
 }

@@ -17,13 +17,12 @@
 namespace snapmla::sm90::decode_fp8 {
 
 // Kernel prologue of both decode kernels, before their __syncthreads: thread 0 initialises the barriers
-// (kv_full: one arrival plus the TMA bytes; q_full: q_full_arrivals, by default the producer's one plus the TMA
-// bytes, or the threads that write the tile themselves (ws/query_quant.cuh); q_empty: q_empty_arrivals, the
-// threads that read the query tile, by default both math warpgroups; kv_empty: kv_empty_arrivals, the threads
-// that read a stage), the producer's first thread prefetches the two query tensor maps.
+// (kv_full / q_full: one arrival plus the TMA bytes; q_empty: q_empty_arrivals, the threads that read the query
+// tile, by default both math warpgroups; kv_empty: kv_empty_arrivals, the threads that read a stage), the
+// producer's first thread prefetches the two query tensor maps.
 template <typename Storage>
 __device__ __forceinline__ void init_pipeline(const KernelParams& kp, Storage& ss, int kv_empty_arrivals,
-                                              int q_empty_arrivals = MATH_THREADS, int q_full_arrivals = 1) {
+                                              int q_empty_arrivals = MATH_THREADS) {
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int i = 0; i < Storage::kStages; ++i) {
@@ -32,7 +31,7 @@ __device__ __forceinline__ void init_pipeline(const KernelParams& kp, Storage& s
     }
 #pragma unroll
     for (int i = 0; i < Storage::kQBufs; ++i) {
-      mbarrier_init(&ss.q_full[i], q_full_arrivals);
+      mbarrier_init(&ss.q_full[i], 1);
       mbarrier_init(&ss.q_empty[i], q_empty_arrivals);
     }
     fence_barrier_init();
@@ -44,12 +43,12 @@ __device__ __forceinline__ void init_pipeline(const KernelParams& kp, Storage& s
 // arrivals: the warpgroup that wrote the block's hand-off, exchange.cuh), init_pipeline's, and the CTA barrier
 // that makes them visible to every role.
 __device__ __forceinline__ void init_wide_pipeline(const KernelParams& kp, SharedStorage& ss, int kv_empty_arrivals,
-                                                   int q_empty_arrivals, int q_full_arrivals = 1) {
+                                                   int q_empty_arrivals) {
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int i = 0; i < KV_STAGES; ++i) mbarrier_init(&ss.xchg_full[i], WG_THREADS);  // fenced by init_pipeline
   }
-  init_pipeline(kp, ss, kv_empty_arrivals, q_empty_arrivals, q_full_arrivals);
+  init_pipeline(kp, ss, kv_empty_arrivals, q_empty_arrivals);
   __syncthreads();
 }
 
@@ -124,8 +123,7 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
     const Piece pc = make_piece(p, row, req);
     const int qbuf = StageRing<Q_BUFS_>::stage(piece);
     auto query_tile = [&] {
-      // A BF16 query (ws kernel only): the PV warpgroups quantize the tile into place (ws/query_quant.cuh).
-      if (lane != 0 || p.q_bf16 != nullptr) return;
+      if (lane != 0) return;
       // The buffer of piece - Q_BUFS is free once both math warpgroups did their last QK of that piece.
       StageRing<Q_BUFS_>::wait_empty(ss.q_empty, piece);
       issue_query_tile(kp, ss, qbuf, req);  // overloaded per Storage

@@ -35,7 +35,6 @@ static_assert(KvTraits<__nv_fp8_e4m3>::ELEM_BYTES == kvl::CONTENT_ELEM_BYTES, "k
 //   kv_rope     32768  (4 stages x 64 tokens x 64 bf16, Swizzle-128B; after the owner's QK, the hand-off)
 //   kv_scale     1024  (4 stages x 64 fp32)
 //   row_state    2048  (per math warpgroup, per tile row: {m, inv, L~, 1 / L~}, read by columns in the epilogue)
-//   q_scale_tile  256  (per tile row: its query scale, ws kernel with a BF16 query only: ws/query_quant.cuh)
 //   barriers      ~130
 inline constexpr int TRACE_SLOTS = 16;  // per math warpgroup, -DSNAPMLA_TRACE_PHASES only (trace/phase.cuh)
 
@@ -47,11 +46,10 @@ struct alignas(1024) SharedStorage {
   uint8_t kv_rope[KV_STAGES][ROPE_TILE_BYTES];
   float kv_scale[KV_STAGES][BLOCK_N];
   float4 row_state[NUM_MATH_WG][BLOCK_M];
-  float q_scale_tile[BLOCK_M];
   uint64_t kv_full[KV_STAGES];   // TMA: KV_STAGE_TX_BYTES, one arrival (the producer thread)
   uint64_t kv_empty[KV_STAGES];  // MATH_THREADS arrivals: each math warpgroup once its PV of the block retired
   uint64_t xchg_full[KV_STAGES]; // WG_THREADS arrivals: the owner wrote the hand-off into kv_rope (exchange.cuh)
-  uint64_t q_full[1];            // TMA: q_tx_bytes(rows_per_warp), one arrival; or the ws PV warpgroups' arrivals
+  uint64_t q_full[1];            // TMA: q_tx_bytes(rows_per_warp), one arrival
   uint64_t q_empty[1];           // MATH_THREADS arrivals (each math warpgroup's last QK of the piece retired)
 #ifdef SNAPMLA_TRACE_PHASES
   unsigned long long trace[NUM_MATH_WG][TRACE_SLOTS];  // phase-trace builds only: trace/phase.cuh

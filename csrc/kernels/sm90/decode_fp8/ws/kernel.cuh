@@ -7,8 +7,6 @@
 // warpgroups' PV per block.
 //
 // Grid (num_m_tiles, num_sm_parts), 512 threads, one CTA per SM, persistent over the pieces of its schedule row.
-// Query tile: loaded by the producer from the separate Fused-Q-Quant kernel's output, or, when the call's query
-// is BF16 (DecodeParams::q_bf16), quantized into place by the PV warpgroups at each piece's start (query_quant.cuh).
 // Warpgroups (ws/config.h):
 //   WG0, WG1 (PV, WS_PV_REGS = 192): O^T for dims 256 wg .. + 255; per block: wait the hand-off, 4 m-tiles of
 //     2 RS QGMMA m64n64k32 (A = V^T by ldmatrix.trans, B = P^T), fold in fp32, release the stage (ws/pv_wg.cuh).
@@ -34,7 +32,6 @@
 #include "kernels/sm90/decode_fp8/shared/traits.h"
 #include "kernels/sm90/decode_fp8/ws/config.h"
 #include "kernels/sm90/decode_fp8/ws/pv_wg.cuh"
-#include "kernels/sm90/decode_fp8/ws/query_quant.cuh"
 #include "kernels/sm90/decode_fp8/ws/softmax_wg.cuh"
 
 namespace snapmla::sm90::decode_fp8::ws {
@@ -45,10 +42,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) snapmla_decode_fp8_ws_kernel(co
   extern __shared__ uint8_t smem_raw[];
   SharedStorage& ss = aligned_storage<SharedStorage>(smem_raw);
 
-  // kv_empty: both PV warpgroups after their PV of the block; q_empty: the softmax warpgroup's last QK of a piece;
-  // q_full: the producer's TMA of the tile, or, with a BF16 query, both PV warpgroups once they quantized it.
-  init_wide_pipeline(kp, ss, NUM_PV_WG * WG_THREADS, WG_THREADS,
-                     kp.p.q_bf16 != nullptr ? QQ_Q_FULL_ARRIVALS : 1);
+  // kv_empty: both PV warpgroups after their PV of the block; q_empty: the softmax warpgroup's last QK of a piece.
+  init_wide_pipeline(kp, ss, NUM_PV_WG * WG_THREADS, WG_THREADS);
 
   // PDL (common/pdl.h): nothing above touched global memory; the schedule row is read after setmaxnreg (values
   // live across it would be spilled).

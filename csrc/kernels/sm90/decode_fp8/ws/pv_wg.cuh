@@ -4,8 +4,7 @@
 // QGMMA m64n64k32 into a fresh accumulator, folded into O^T in fp32 with the block's per-row scale) and releases the
 // stage (kv_empty, with the other PV warpgroup). At the end of a piece it stores the piece (epilogue.cuh, as a math
 // warpgroup of the wide kernel) with the final state read from the last block's hand-off, and only then releases that
-// stage. With a BF16 query it first quantizes the piece's query tile with the other PV warpgroup (query_quant.cuh).
-// Registers: O^T 128 + one m-tile accumulator 32 + one m-tile's V^T fragments 8 + 8 or 16 fold scales +
+// stage. Registers: O^T 128 + one m-tile accumulator 32 + one m-tile's V^T fragments 8 + 8 or 16 fold scales +
 // addresses, within WS_PV_REGS = 192 (ws/config.h).
 #pragma once
 
@@ -18,7 +17,6 @@
 #include "kernels/sm90/decode_fp8/shared/traits.h"
 #include "kernels/sm90/decode_fp8/trace/hook.cuh"
 #include "kernels/sm90/decode_fp8/ws/config.h"
-#include "kernels/sm90/decode_fp8/ws/query_quant.cuh"
 
 namespace snapmla::sm90::decode_fp8::ws {
 
@@ -33,7 +31,6 @@ __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const Sched
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
     const int n_blocks = pc.blk_end - pc.blk_begin;
-    if (p.q_bf16 != nullptr) quantize_query_tile(p, ss, req, piece, pv, warp, lane);  // also for an empty piece
     float o[PV_M_TILES][32];
 #pragma unroll
     for (int m = 0; m < PV_M_TILES; ++m) {

@@ -159,9 +159,7 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
     }
     float q_mul[2];
     int limit[2];  // visible tokens of the row (causal: query token s sees 0 .. seqlen - s_q + s)
-    // A BF16 query's scales are in the tile the PV warpgroups quantized (query_quant.cuh), visible after q_full.
-    tile_rows(p, req, pc.seqlen, warp_q_row0, rpw, lane, q_mul, limit,
-              p.q_bf16 != nullptr ? ss.q_scale_tile : nullptr, warp);
+    tile_rows(p, req, pc.seqlen, warp_q_row0, rpw, lane, q_mul, limit);
     RowState st[2] = {{-INFINITY, 1.f, 0.f}, {-INFINITY, 1.f, 0.f}};
 
     // Both chains of the piece's first block go out before the loops; every block but the last issues the next
