@@ -37,6 +37,14 @@ struct CtaTimeline {
   __device__ __forceinline__ void first_block_mark(int piece, int j_done) {
     if (piece == 0 && j_done == 0) mark();
   }
+  // A stamp after wait() returns, in a role that does not wait for that moment itself (the ws kernel's PV
+  // warpgroup stamps the query tile's arrival); wait() runs in trace builds only.
+  template <typename Wait>
+  __device__ __forceinline__ void mark_after(Wait&& wait) {
+    if (!on) return;
+    wait();
+    mark();
+  }
   __device__ __forceinline__ void piece_done(int n_blocks) {
     ++pieces;
     blocks += n_blocks;
@@ -60,6 +68,8 @@ struct CtaTimeline {
   __device__ __forceinline__ explicit CtaTimeline(int) {}
   __device__ __forceinline__ void mark() {}
   __device__ __forceinline__ void first_block_mark(int, int) {}
+  template <typename Wait>
+  __device__ __forceinline__ void mark_after(Wait&&) {}
   __device__ __forceinline__ void piece_done(int) {}
   __device__ __forceinline__ void print(const char*) const {}
 };

@@ -26,11 +26,16 @@ __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const Sched
 
   // -DSNAPMLA_TRACE_BLOCKS only (trace/block.cuh): per block, when its hand-off arrived and when its PV is done.
   BlockTrace bt(threadIdx.x % WG_THREADS == 0);
+  // -DSNAPMLA_TRACE_CTA only (trace/cta.cuh), PV warpgroup 0's first thread: its entry, the first query tile's
+  // arrival (a wait on q_full it makes for the stamp alone), the first hand-off (for "first QK": the first block's
+  // QK and softmax), and per piece the end of its PV loop and of its store.
+  CtaTimeline ct(pv);
   int block_idx = 0;  // running index of the piece's first block
   int piece = 0;
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
     const int n_blocks = pc.blk_end - pc.blk_begin;
+    if (piece == 0) ct.mark_after([&] { StageRing<1>::wait_full(ss.q_full, 0); });
     float o[PV_M_TILES][32];
 #pragma unroll
     for (int m = 0; m < PV_M_TILES; ++m) {
@@ -42,12 +47,14 @@ __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const Sched
       const int n = block_idx + j;
       StageRing<KV_STAGES>::wait_full(ss.xchg_full, n);
       bt.mark();
+      ct.first_block_mark(piece, j);
       // The piece's last stage stays held: its hand-off has the state the epilogue needs.
       pv_after_handoff<true>(o, ss, n, pv, warp, lane, pc.seqlen - (pc.blk_begin + j) * BLOCK_N, j + 1 < n_blocks);
       bt.mark();
     }
     // The state after the piece's last block, read by the epilogue's quad leads from that block's hand-off (an
     // empty piece stores o = 0, lse = +inf); then the stage, held until here, is released.
+    ct.mark();
     const int last = block_idx + n_blocks - 1;
     const uint32_t last_tile = smem_u32(ss.kv_rope[last % KV_STAGES]);
     store_piece_state_of(p, ss, req, piece_split(p, row, req), blockIdx.x, pv, warp, lane, o, [&](int rr) {
@@ -57,9 +64,12 @@ __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const Sched
       return st;
     });
     if (n_blocks > 0) release_stage(&ss.kv_empty[last % KV_STAGES]);
+    ct.mark();
+    ct.piece_done(n_blocks);
     block_idx += n_blocks;
   }
   bt.print("ws", pv == 0 ? "pv0" : "pv1");
+  ct.print("ws");
 }
 
 }  // namespace snapmla::sm90::decode_fp8::ws
