@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 @pytest.mark.parametrize("name", ["wgmma_rate.cu", "wgmma_pv_ring.cu", "page_stream.cu", "pair_stream.cu",
-                                  "e2_stage_stream.cu", "datapath_mix.cu"])
+                                  "e2_stage_stream.cu", "datapath_mix.cu", "epilogue_stores.cu"])
 def test_microbench_compiles_without_serialised_wgmma(tmp_path, name):
     src = os.path.join(ROOT, "tools", "microbench", name)
     cmd = [nvcc_or_skip(), "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a", "-O3", *device_include_flags(ROOT),

@@ -5,7 +5,8 @@
 //   ctatrace <kernel> <blockIdx.x> <blockIdx.y> <sm> <pieces> <blocks> <t_0> <t_1> ...
 // (<sm>: %smid, the SM the CTA ran on, so that two calls tell whether the slow CTAs sit on the same SMs)
 // with the events in program order: math entry (after setmaxnreg and the PDL wait), first query tile ready,
-// first block's QK retired, then per piece the end of its block loop and the end of its store. Question it
+// first block's QK retired, then per piece the end of its block loop and the end of its store (the ws kernel: its
+// PV warpgroup 0, whose "first QK" is the first block's hand-off, QK and softmax done; ws/pv_wg.cuh). Question it
 // answers: of a decode kernel's time, how much is start-up, per-piece edges and the tail of the slowest CTA,
 // rather than blocks (small batch and 16k-token calls; tools/trace/trace_cta.py runs one call and sums it up).
 // The default build compiles the tracer to nothing (tests/test_sass.py checks the kernels' SASS).
