@@ -54,6 +54,9 @@ struct alignas(1024) SharedStorage {
 #ifdef SNAPMLA_TRACE_PHASES
   unsigned long long trace[NUM_MATH_WG][TRACE_SLOTS];  // phase-trace builds only: trace/phase.cuh
 #endif
+#ifdef SNAPMLA_TRACE_CTA
+  unsigned long long cta_q_ready;  // CTA-trace builds only: the ws softmax warpgroup's first query tile (trace/cta.cuh)
+#endif
 };
 
 // Dynamic shared memory requested at launch: the struct plus slack to align the base to 1024 B.

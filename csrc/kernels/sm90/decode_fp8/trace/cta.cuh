@@ -38,13 +38,17 @@ struct CtaTimeline {
   __device__ __forceinline__ void first_block_mark(int piece, int j_done) {
     if (piece == 0 && j_done == 0) mark();
   }
-  // A stamp after wait() returns, in a role that does not wait for that moment itself (the ws kernel's PV
-  // warpgroup stamps the query tile's arrival); wait() runs in trace builds only.
-  template <typename Wait>
-  __device__ __forceinline__ void mark_after(Wait&& wait) {
-    if (!on) return;
-    wait();
-    mark();
+  // A stamp that another role takes (the ws kernel's first query tile, which its softmax warpgroup waits for):
+  // reserve() holds its place in program order (0 until filled: trace_cta.py drops zeros), fill_from() copies it
+  // from the shared slot slot_of(ss) names once the other role's store is visible. slot_of is a generic lambda, so
+  // release builds, where the slot does not exist, never instantiate it.
+  __device__ __forceinline__ void reserve() {
+    if (!on || n >= CTA_TRACE_EVENTS) return;
+    t[n++] = 0;
+  }
+  template <typename Storage, typename SlotOf>
+  __device__ __forceinline__ void fill_from(int i, Storage& ss, SlotOf&& slot_of) {
+    if (on && i < n) t[i] = slot_of(ss);
   }
   __device__ __forceinline__ void piece_done(int n_blocks) {
     ++pieces;
@@ -63,14 +67,25 @@ struct CtaTimeline {
   }
 };
 
+// The other role's side of reserve() / fill_from(): thread 0 of the calling warpgroup stores the time into the
+// slot slot_of(ss) names (a generic lambda, as above).
+template <typename Storage, typename SlotOf>
+__device__ __forceinline__ void cta_trace_stamp_shared(Storage& ss, SlotOf&& slot_of) {
+  if (threadIdx.x % WG_THREADS == 0) slot_of(ss) = trace_globaltimer();
+}
+
 #else
+
+template <typename Storage, typename SlotOf>
+__device__ __forceinline__ void cta_trace_stamp_shared(Storage&, SlotOf&&) {}
 
 struct CtaTimeline {
   __device__ __forceinline__ explicit CtaTimeline(int) {}
   __device__ __forceinline__ void mark() {}
   __device__ __forceinline__ void first_block_mark(int, int) {}
-  template <typename Wait>
-  __device__ __forceinline__ void mark_after(Wait&&) {}
+  __device__ __forceinline__ void reserve() {}
+  template <typename Storage, typename SlotOf>
+  __device__ __forceinline__ void fill_from(int, Storage&, SlotOf&&) {}
   __device__ __forceinline__ void piece_done(int) {}
   __device__ __forceinline__ void print(const char*) const {}
 };

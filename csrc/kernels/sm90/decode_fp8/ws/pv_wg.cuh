@@ -27,15 +27,15 @@ __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const Sched
   // -DSNAPMLA_TRACE_BLOCKS only (trace/block.cuh): per block, when its hand-off arrived and when its PV is done.
   BlockTrace bt(threadIdx.x % WG_THREADS == 0);
   // -DSNAPMLA_TRACE_CTA only (trace/cta.cuh), PV warpgroup 0's first thread: its entry, the first query tile's
-  // arrival (a wait on q_full it makes for the stamp alone), the first hand-off (for "first QK": the first block's
-  // QK and softmax), and per piece the end of its PV loop and of its store.
+  // arrival (the softmax warpgroup's stamp, read at the first hand-off), the first hand-off (for "first QK": the
+  // first block's QK and softmax), and per piece the end of its PV loop and of its store.
   CtaTimeline ct(pv);
   int block_idx = 0;  // running index of the piece's first block
   int piece = 0;
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
     const Piece pc = make_piece(p, row, req);
     const int n_blocks = pc.blk_end - pc.blk_begin;
-    if (piece == 0) ct.mark_after([&] { StageRing<1>::wait_full(ss.q_full, 0); });
+    if (piece == 0) ct.reserve();  // event 1, filled below
     float o[PV_M_TILES][32];
 #pragma unroll
     for (int m = 0; m < PV_M_TILES; ++m) {
@@ -47,6 +47,8 @@ __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const Sched
       const int n = block_idx + j;
       StageRing<KV_STAGES>::wait_full(ss.xchg_full, n);
       bt.mark();
+      // The softmax warpgroup stamped its first query tile before this hand-off, which orders the store.
+      if (piece == 0 && j == 0) ct.fill_from(1, ss, [](auto& s) -> uint64_t { return s.cta_q_ready; });
       ct.first_block_mark(piece, j);
       // The piece's last stage stays held: its hand-off has the state the epilogue needs.
       pv_after_handoff<true>(o, ss, n, pv, warp, lane, pc.seqlen - (pc.blk_begin + j) * BLOCK_N, j + 1 < n_blocks);

@@ -153,6 +153,8 @@ __device__ void run_softmax_wg(const KernelParams& kp, SharedStorage& ss, const 
     const Piece pc = make_piece(p, row, req);
     const int n_blocks = pc.blk_end - pc.blk_begin;
     StageRing<1>::wait_full(ss.q_full, piece);  // one query tile per piece, also for an empty one
+    // -DSNAPMLA_TRACE_CTA only: the first query tile's arrival, for PV warpgroup 0's CTA timeline (pv_wg.cuh).
+    if (piece == 0) cta_trace_stamp_shared(ss, [](auto& s) -> unsigned long long& { return s.cta_q_ready; });
     if (n_blocks == 0) {
       mbarrier_arrive(&ss.q_empty[0]);
       continue;
