@@ -66,40 +66,6 @@ constexpr int ROLES = 3;         // softmax-like, PV (warpgroup 0's clock), prod
 constexpr int SLOTS = ROLES + 2;  // + the softmax-like role's cycles inside its WGMMA issue (arrive to commit),
                                   // all of it and chain B's part
 
-// issue: clock64 cycles from the first WGMMA's arrive to the last commit, summed over the pages: whether issuing
-// the chains holds the warpgroup up while the PV role's WGMMAs occupy the tensor pipe. issue_b: chain B's part
-// (its arrive to its commit), which tells a queue of WGMMAs ahead from a fixed cost per WGMMA: with a queue of q
-// WGMMAs of 32 tensor cycles, chain A (8) issues in ~(8 - q) x 32 cycles and chain B (12) in ~12 x 32 behind A's
-// queued ones; at a fixed cost c per WGMMA, 8 c and 12 c.
-__device__ __forceinline__ void softmax_like(SharedStorage& ss, float& sink, long long& issue, long long& issue_b) {
-  const auto [warp, lane, t, row0] = math_thread();
-  float acc_a[32], acc_b[32];
-  for (int it = 0; it < ITERS; ++it) {
-    const int stage = it % 2;
-    float ks[16];
-    load_k_scales(ss.kv_scale[stage], t, ks);
-    const long long i0 = clock64();
-    ws::issue_chain_a(acc_a, ss, stage);
-    const long long ib = clock64();
-    ws::issue_chain_b(acc_b, ss, stage);
-    const long long i1 = clock64();
-    issue += i1 - i0;
-    issue_b += i1 - ib;
-    cute::warpgroup_wait<0>();
-    wgmma_fence_operands(acc_a);
-    wgmma_fence_operands(acc_b);
-    float s[32];
-#pragma unroll
-    for (int k = 0; k < 32; ++k) s[k] = (acc_a[k] + acc_b[k]) * ks[2 * (k / 4) + k % 2];
-    uint32_t p[8];
-    const float inv[2] = {1.f, 1.f};
-    pack_p(s, inv, p);
-    publish_pt(smem_u32(ss.kv_rope[stage]), p, row0, t);
-    fence_proxy_async_smem();
-    sink += s[0] + s[31];  // static indices: a dynamic one would put s in local memory
-  }
-}
-
 // D2's QK per pair of pages (header). The accumulator's first 32 values are page a's columns in the N = 64 fragment
 // layout and the last 32 page b's, so each half packs and publishes as one page does.
 __device__ __forceinline__ void softmax_like_pairs(SharedStorage& ss, float& sink, long long& issue) {
@@ -157,33 +123,48 @@ __device__ __forceinline__ float4* chain_b_buffer(SharedStorage& ss) {
 }
 constexpr int CHAIN_B_BUFFER_BYTES = 8 * WG_THREADS * 16;  // 16 KB
 
-__device__ __forceinline__ void softmax_like_b_in_pv(SharedStorage& ss, float& sink, long long& issue) {
+// issue: clock64 cycles from the first WGMMA's arrive to the last commit, summed over the pages: whether issuing
+// the chains holds the warpgroup up while the PV role's WGMMAs occupy the tensor pipe. issue_b: chain B's part
+// (its arrive to its commit), which tells a queue of WGMMAs ahead from a fixed cost per WGMMA: with a queue of q
+// WGMMAs of 32 tensor cycles, chain A (8) issues in ~(8 - q) x 32 cycles and chain B (12) in ~12 x 32 behind A's
+// queued ones; at a fixed cost c per WGMMA, 8 c and 12 c. B_IN_PV: candidate H's role (chain A only, chain B's
+// values from the buffer; issue_b stays 0).
+template <bool B_IN_PV>
+__device__ __forceinline__ void softmax_like(SharedStorage& ss, float& sink, long long& issue, long long& issue_b) {
   const auto [warp, lane, t, row0] = math_thread();
   const float4* qkb = chain_b_buffer(ss) + threadIdx.x % WG_THREADS;
-  float acc_a[32];
+  float acc_a[32], acc_b[32];
   for (int it = 0; it < ITERS; ++it) {
     const int stage = it % 2;
     float ks[16];
     load_k_scales(ss.kv_scale[stage], t, ks);
     const long long i0 = clock64();
     ws::issue_chain_a(acc_a, ss, stage);
-    issue += clock64() - i0;
+    const long long ib = clock64();
+    if constexpr (!B_IN_PV) ws::issue_chain_b(acc_b, ss, stage);
+    const long long i1 = B_IN_PV ? ib : clock64();
+    issue += i1 - i0;
+    issue_b += i1 - ib;
     cute::warpgroup_wait<0>();
     wgmma_fence_operands(acc_a);
+    if constexpr (B_IN_PV) {
+#pragma unroll
+      for (int k4 = 0; k4 < 8; ++k4) {
+        const float4 b = qkb[k4 * WG_THREADS];
+        acc_b[4 * k4] = b.x, acc_b[4 * k4 + 1] = b.y, acc_b[4 * k4 + 2] = b.z, acc_b[4 * k4 + 3] = b.w;
+      }
+    } else {
+      wgmma_fence_operands(acc_b);
+    }
     float s[32];
 #pragma unroll
-    for (int k4 = 0; k4 < 8; ++k4) {
-      const float4 b = qkb[k4 * WG_THREADS];
-      const float bv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[4 * k4 + e] = (acc_a[4 * k4 + e] + bv[e]) * ks[2 * k4 + e % 2];
-    }
+    for (int k = 0; k < 32; ++k) s[k] = (acc_a[k] + acc_b[k]) * ks[2 * (k / 4) + k % 2];
     uint32_t p[8];
     const float inv[2] = {1.f, 1.f};
     pack_p(s, inv, p);
     publish_pt(smem_u32(ss.kv_rope[stage]), p, row0, t);
     fence_proxy_async_smem();
-    sink += s[0] + s[31];
+    sink += s[0] + s[31];  // static indices: a dynamic one would put s in local memory
   }
 }
 
@@ -260,8 +241,8 @@ __global__ void __launch_bounds__(ws::WS_THREADS, 1) mix_kernel(const uint8_t* s
     if (mask & 1) {
       t0 = clock64();
       if (qk == QkMode::kPairs) softmax_like_pairs(ss, acc, issue);
-      else if (qk == QkMode::kBInPv) softmax_like_b_in_pv(ss, acc, issue);
-      else softmax_like(ss, acc, issue, issue_b);
+      else if (qk == QkMode::kBInPv) softmax_like<true>(ss, acc, issue, issue_b);
+      else softmax_like<false>(ss, acc, issue, issue_b);
       t1 = clock64();
     }
   } else {
