@@ -50,6 +50,21 @@ def test_summary_of_known_timelines(trace_cta, capsys):
     assert "cta (0, 2)" not in out
 
 
+def test_producer_stamps(trace_cta, capsys):
+    """The ws kernel's trailing field: the producer's issue of the first query tile."""
+    t0, us = 5_000_000_000, 1000
+    stamps = [t0, t0 + 6 * us, t0 + 8 * us, t0 + 20 * us, t0 + 24 * us]
+    line = _line(0, 0, 1, 10, stamps).replace("wide", "ws") + f" {t0 + 5 * us}"
+    early = _line(0, 1, 1, 10, stamps).replace("wide", "ws") + f" {t0 + us}"
+    trace_cta.summarize("case", "\n".join(["=== traced call 1", line, early]))
+    out = capsys.readouterr().out
+    assert "q issued  min     1.0  median     3.0  p90     5.0  max     5.0 us" in out
+    assert "; q issued 5.0" in out
+    # without the trailing field (narrow and wide kernels, older builds) there are no producer rows
+    trace_cta.summarize("case", "\n".join(["=== traced call 1", _line(0, 0, 1, 10, stamps)]))
+    assert "q issued" not in capsys.readouterr().out
+
+
 def test_summary_without_trace_lines(trace_cta, capsys):
     trace_cta.summarize("case", "=== traced call 1\nno kernel output")
     assert "no ctatrace lines" in capsys.readouterr().out

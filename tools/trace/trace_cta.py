@@ -3,6 +3,7 @@ runs one flash_mla_with_kvcache call per case (after five warm-up calls), reads 
 (global time stamps) and prints, relative to the earliest CTA start:
 
   start     math entry of each CTA (after setmaxnreg and the PDL wait): min / median / max
+  q issued  the producer's issue of the first query tile (ws kernel only)
   q ready   first query tile in shared memory
   first QK  first block's QK retired (the first page's TMA latency is in here)
   pieces    per CTA: end of each piece's block loop and of its store
@@ -89,6 +90,7 @@ class Cta:
     pieces: int
     blocks: int
     stamps: list[int]  # ns: entry, q ready, first QK, then (loop end, store end) per piece; entry only if no work
+    q_issue: int = 0  # ns: the producer's issue of the first query tile (ws kernel; 0: not stamped)
 
 
 def parse(lines: list[str]) -> list[Cta]:
@@ -96,8 +98,9 @@ def parse(lines: list[str]) -> list[Cta]:
     for ln in lines:
         f = ln.split()
         if len(f) >= 8 and f[0] == "ctatrace":
+            # 12 timeline stamps (0 = not stamped), then (newer builds) the producer's query tile issue
             ctas.append(Cta(f[1], int(f[2]), int(f[3]), int(f[4]), int(f[5]), int(f[6]),
-                            [int(x) for x in f[7:] if int(x) != 0]))
+                            [int(x) for x in f[7:19] if int(x) != 0], int(f[19]) if len(f) > 19 else 0))
     return ctas
 
 
@@ -137,6 +140,7 @@ def summarize(name: str, out: str) -> None:
     busy = [c for c in ctas if c.pieces > 0]
     print(f"== {name} ({ctas[0].kernel} kernel, {len(ctas)} CTAs, {len(ctas) - len(busy)} without work; {info[4:]})")
     rows = (("start", [us(c.stamps[0]) for c in ctas]),
+            ("q issued", [us(c.q_issue) for c in busy if c.q_issue]),
             ("q ready", [us(c.stamps[1]) for c in busy if len(c.stamps) > 1]),
             ("first QK", [us(c.stamps[2]) for c in busy if len(c.stamps) > 2]),
             ("end", [us(c.stamps[-1]) for c in busy]))
@@ -155,7 +159,8 @@ def summarize(name: str, out: str) -> None:
               f"p90 {quantile(rate, 0.9):5.2f}  max {max(rate):5.2f}")
     for c in sorted(busy, key=lambda c: -c.stamps[-1])[:3]:
         print(f"  slowest: cta ({c.x}, {c.y}) on SM {c.sm} pieces {c.pieces} blocks {c.blocks}: "
-              + " ".join(f"{us(x):.1f}" for x in c.stamps))
+              + " ".join(f"{us(x):.1f}" for x in c.stamps)
+              + (f"; q issued {us(c.q_issue):.1f}" if c.q_issue else ""))
     if len(calls) > 1:
         first, second = sm_rates(ctas), sm_rates(parse(calls[1].splitlines()))
         r, n = correlation(first, second)

@@ -56,6 +56,7 @@ struct alignas(1024) SharedStorage {
 #endif
 #ifdef SNAPMLA_TRACE_CTA
   unsigned long long cta_q_ready;  // CTA-trace builds only: the ws softmax warpgroup's first query tile (trace/cta.cuh)
+  unsigned long long cta_q_issue;  // ... and the producer's issue of that tile
 #endif
 };
 

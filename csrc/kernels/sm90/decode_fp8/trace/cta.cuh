@@ -2,13 +2,16 @@
 // piece, in global time (%globaltimer, ns). Thread 0 of math warpgroup 0 keeps up to CTA_TRACE_EVENTS stamps (in
 // local memory: the array is indexed by the running count) and hands one line per CTA to trace/sink.cuh
 // when it is done, printed after the kernel as:
-//   ctatrace <kernel> <blockIdx.x> <blockIdx.y> <sm> <pieces> <blocks> <t_0> <t_1> ...
+//   ctatrace <kernel> <blockIdx.x> <blockIdx.y> <sm> <pieces> <blocks> <t_0> .. <t_11> <q_issue>
 // (<sm>: %smid, the SM the CTA ran on, so that two calls tell whether the slow CTAs sit on the same SMs)
 // with the events in program order: math entry (after setmaxnreg and the PDL wait), first query tile ready,
 // first block's QK retired, then per piece the end of its block loop and the end of its store (the ws kernel: its
 // PV warpgroup 0, whose "first QK" is the first block's hand-off, QK and softmax done; ws/pv_wg.cuh). Question it
 // answers: of a decode kernel's time, how much is start-up, per-piece edges and the tail of the slowest CTA,
 // rather than blocks (small batch and 16k-token calls; tools/trace/trace_cta.py runs one call and sums it up).
+// The last field is the producer's issue of the first query tile (the ws kernel only, through a trace-only shared
+// slot; 0 elsewhere): whether a late tile was issued late or queued behind other CTAs' pages. (A stamp of the first
+// page's issue spilled 8 B inside the producer's 24-register page loop, so there is none.)
 // The default build compiles the tracer to nothing (tests/test_sass.py checks the kernels' SASS).
 #pragma once
 
@@ -29,6 +32,7 @@ struct CtaTimeline {
   int n = 0;
   int pieces = 0;
   int blocks = 0;  // blocks of the CTA's walk (both warpgroups' own blocks)
+  uint64_t q_issue = 0;  // the producer's first query tile issue (fill_producer)
   bool on;
   __device__ __forceinline__ explicit CtaTimeline(int wg) : on(wg == 0 && threadIdx.x % WG_THREADS == 0) { mark(); }
   __device__ __forceinline__ void mark() {
@@ -50,6 +54,12 @@ struct CtaTimeline {
   __device__ __forceinline__ void fill_from(int i, Storage& ss, SlotOf&& slot_of) {
     if (on && i < n) t[i] = slot_of(ss);
   }
+  // The producer's stamp (the ws kernel's SharedStorage slot), read at the end.
+  template <typename Storage>
+  __device__ __forceinline__ void fill_producer(Storage& ss) {
+    if (!on) return;
+    q_issue = ss.cta_q_issue;
+  }
   __device__ __forceinline__ void piece_done(int n_blocks) {
     ++pieces;
     blocks += n_blocks;
@@ -62,8 +72,9 @@ struct CtaTimeline {
     l->kernel = trace_name_id(kernel);
     l->a = pieces;
     l->b = blocks;
-    static_assert(CTA_TRACE_EVENTS <= 16, "TraceLine::v");
+    static_assert(CTA_TRACE_EVENTS + 1 <= 16, "TraceLine::v");
     for (int i = 0; i < CTA_TRACE_EVENTS; ++i) l->v[i] = i < n ? t[i] : 0;  // unused stamps print as 0
+    l->v[CTA_TRACE_EVENTS] = q_issue;
   }
 };
 
@@ -86,6 +97,8 @@ struct CtaTimeline {
   __device__ __forceinline__ void reserve() {}
   template <typename Storage, typename SlotOf>
   __device__ __forceinline__ void fill_from(int, Storage&, SlotOf&&) {}
+  template <typename Storage>
+  __device__ __forceinline__ void fill_producer(Storage&) {}
   __device__ __forceinline__ void piece_done(int) {}
   __device__ __forceinline__ void print(const char*) const {}
 };

@@ -97,9 +97,9 @@ static __global__ void snapmla_trace_print_kernel() {
              l.bx, l.by, l.role, v[10], v[0] / blocks, v[1] / blocks, v[2] / blocks, v[3] / blocks, v[4] / blocks,
              v[5] / blocks, v[6] / blocks, v[7] / blocks, v[8], v[9]);
     } else if (l.kind == TRACE_CTA_LINE) {
-      printf("ctatrace %s %d %d %u %d %d %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n",
+      printf("ctatrace %s %d %d %u %d %d %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu\n",
              trace_name(l.kernel), l.bx, l.by, l.sm, l.a, l.b, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8],
-             v[9], v[10], v[11]);
+             v[9], v[10], v[11], v[12]);
     } else {
       printf("blocktrace %s %d %d %u %s %llu %d %u %u %u %u %u %u %u %u %u %u %u %u %u %u %u %u\n",
              trace_name(l.kernel), l.bx, l.by, l.sm, trace_name(l.role), l.base, l.a, unsigned(v[0]), unsigned(v[1]),

@@ -71,6 +71,7 @@ __device__ void run_pv_wg(const KernelParams& kp, SharedStorage& ss, const Sched
     block_idx += n_blocks;
   }
   bt.print("ws", pv == 0 ? "pv0" : "pv1");
+  ct.fill_producer(ss);  // stored before the first hand-off, which needed the query tile
   ct.print("ws");
 }
 
