@@ -271,8 +271,6 @@ std::tuple<at::Tensor, at::Tensor> decode_impl(const at::Tensor& q_content, cons
       .o_accum = o_accum.data_ptr<float>(),
       .lse_accum = lse_accum.data_ptr<float>(),
       .max_total_splits = static_cast<int>(max_total_splits),
-      // launch_first is Fused-Q-Quant (decode_fp8_bf16q), which triggers its dependents after its own PDL wait.
-      .inputs_ready_before_wait = static_cast<bool>(launch_first),
   };
   sm90::decode_fp8::launch_decode_fp8(params, stream, launch_first);
   combine::launch_combine(params, stream);

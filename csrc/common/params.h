@@ -51,13 +51,6 @@ struct DecodeParams {
   float* o_accum;                      // (total_splits, q_rows, 512) fp32, each piece's normalised O~ / L~ (see combine)
   float* lse_accum;                    // (total_splits, q_rows) fp32, log2-domain partial lse, -inf when empty
   int max_total_splits;                // capacity of o_accum / lse_accum along their first dim
-
-  // ---- programmatic dependent launch (common/pdl.h) ----
-  // True when the kernel launched right before the decode kernel is this call's Fused-Q-Quant: it lets its
-  // dependents start only after its own PDL wait, so every kernel before it has completed and the decode kernel's
-  // producer may read the schedule, the page table, the lengths and the cache before its own wait (q, which
-  // Fused-Q-Quant writes, only after it). False: nothing is read before the wait.
-  bool inputs_ready_before_wait = false;
 };
 
 }  // namespace snapmla

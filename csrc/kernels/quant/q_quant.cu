@@ -15,13 +15,10 @@
 namespace snapmla::quant {
 
 __global__ void __launch_bounds__(THREADS_PER_CTA) q_quant_kernel(QQuantParams p) {
-  // PDL (common/pdl.h): this grid waits for the kernel before it, whose memory it may reuse; only then may the
-  // decode kernel be scheduled. So once it runs, every kernel before this one has completed, and its producer
-  // reads its other inputs (schedule, page table, cache) before its own wait, which it needs only for q
-  // (DecodeParams::inputs_ready_before_wait). Triggering before the wait let the decode kernel start while the
-  // kernel before this one (which may write those inputs) still ran.
-  griddep_wait();
+  // PDL (common/pdl.h): the decode kernel may be scheduled now (it waits for this grid to finish before it
+  // reads Q); this grid waits for the kernel before it, whose memory it may reuse.
   griddep_launch_dependents();
+  griddep_wait();
   const int lane = threadIdx.x % WARP_SIZE;
   const int64_t row = int64_t(blockIdx.x) * WARPS_PER_CTA + threadIdx.x / WARP_SIZE;
   const int64_t rows = int64_t(p.b) * p.s_q * p.h_q;

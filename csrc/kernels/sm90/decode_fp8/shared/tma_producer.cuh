@@ -77,36 +77,22 @@ __device__ __forceinline__ const uint8_t* page_bytes(const DecodeParams& p, int 
 // The pages of one piece, for the producer of every decode kernel (run_producer here):
 // the page ids come 32 at a time, one coalesced load per 32 blocks by the whole warp, issued a chunk ahead and
 // handed to lane 0 by shuffles (read one by one, each id's global-load latency sat between two TMA issues:
-// small batches, ~16 blocks per CTA, 10 us of 60, H200). Lane 0 runs issue(n, page) for the piece's first
-// pages_first (<= 32) blocks, then start() runs once the next chunk's load is issued (the query tile goes there),
-// then issue(n, page) for each remaining block, n the running block index. Past blk_end no id is read (the table may hold garbage or
-// sentinels there, and its row may end).
+// small batches, ~16 blocks per CTA, 10 us of 60, H200). start() runs once the first chunk's load is issued
+// (the query tile goes there); then lane 0 runs issue(n, page) for each block, n the running block index.
+// Past blk_end no id is read (the table may hold garbage or sentinels there, and its row may end).
 template <typename Start, typename Issue>
 __device__ __forceinline__ void walk_piece_pages(const DecodeParams& p, const Piece& pc, int req, int lane, int& n,
-                                                 int pages_first, Start&& start, Issue&& issue) {
+                                                 Start&& start, Issue&& issue) {
   const int* bt = p.block_table + static_cast<int64_t>(req) * p.block_table_batch_stride;  // (b, max_pages)
-  int first = pc.blk_begin;  // the walk below starts here
-  if (pages_first > 0) {
-    // Outside the walk's loops: with the query tile's issue (start) in there, or one more value live through them,
-    // the ws kernel's producer (24 registers) spilled.
-    const int ids = lane < pages_first ? bt[first + lane] : 0;
-#pragma unroll 1
-    for (int k = 0; k < pages_first; ++k, ++n) {
-      const int page = __shfl_sync(0xffffffffu, ids, k);
-      if (lane == 0) issue(n, page);
-      __syncwarp();
-    }
-    first += pages_first;
-  }
-  auto chunk_ids = [&](int c) {  // ids of blocks first + 32 c + lane
-    const int blk = first + 32 * c + lane;
+  auto chunk_ids = [&](int c) {  // ids of blocks blk_begin + 32 c + lane
+    const int blk = pc.blk_begin + 32 * c + lane;
     return blk < pc.blk_end ? bt[blk] : 0;
   };
   int ids = chunk_ids(0);
   start();
-  for (int c = 0; 32 * c < pc.blk_end - first; ++c) {
+  for (int c = 0; 32 * c < pc.blk_end - pc.blk_begin; ++c) {
     const int next_ids = chunk_ids(c + 1);
-    const int in_chunk = min(32, pc.blk_end - first - 32 * c);
+    const int in_chunk = min(32, pc.blk_end - pc.blk_begin - 32 * c);
     // Kept rolled (1.02-1.05x, H200, 2026-12-01). Unrolled, this loop was ~15 KB of the
     // kernel's SASS (7-8 copies of the page's six TMA issues), fetched by the SM sub-partition that also runs
     // two math warps; one page per iteration is issue-bound by kv_empty anyway.
@@ -122,11 +108,6 @@ __device__ __forceinline__ void walk_piece_pages(const DecodeParams& p, const Pi
 
 // Warp 0 of the producer warpgroup: lane 0 issues the query tile of each piece, then its pages, in the order
 // the math warpgroups consume them, blocking on each barrier it needs (it has nothing else to do).
-// With DecodeParams::inputs_ready_before_wait this thread comes here before its PDL wait (run_producer_warp), and
-// the schedule row, the page table and the cache may be read already: the first piece's first pages (up to the
-// stages) go out before the wait and its query tile (Fused-Q-Quant's output) right after it, so the pages'
-// latency, ~5 us at the start of a small call while every CTA asks for its first pages at once, overlaps
-// Fused-Q-Quant. The wait before each query tile returns at once after the first.
 template <typename Storage>
 __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow& row) {
   constexpr int STAGES_ = Storage::kStages, Q_BUFS_ = Storage::kQBufs;
@@ -139,16 +120,9 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
   int piece = 0;
   BlockTrace btrace(lane == 0);  // -DSNAPMLA_TRACE_BLOCKS only (trace/block.cuh): each page's issue
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
-    const Piece pc = make_piece(p, row, req);
     const int qbuf = StageRing<Q_BUFS_>::stage(piece);
-    // Pages of this piece issued before its query tile: all but the first piece of an early start take none.
-    // (The flag is read from the kernel parameters each time: kept in one of the ws producer's 24 registers, it
-    // spilled.)
-    const int pages_first =
-        piece == 0 && p.inputs_ready_before_wait ? min(STAGES_, pc.blk_end - pc.blk_begin) : 0;
     auto query_tile = [&] {
       if (lane != 0) return;
-      griddep_wait();  // q is Fused-Q-Quant's output
       // The buffer of piece - Q_BUFS is free once both math warpgroups did their last QK of that piece.
       StageRing<Q_BUFS_>::wait_empty(ss.q_empty, piece);
       issue_query_tile(kp, ss, qbuf, req);  // overloaded per Storage
@@ -156,7 +130,7 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
       if constexpr (requires { ss.cta_q_issue; })
         if (piece == 0) cta_trace_stamp_shared(ss, [](auto& s) -> unsigned long long& { return s.cta_q_issue; });
     };
-    walk_piece_pages(p, pc, req, lane, n, pages_first, query_tile, [&](int blk_n, int page) {
+    auto issue_page = [&](int blk_n, int page) {
       const int stage = StageRing<STAGES_>::stage(blk_n);
       StageRing<STAGES_>::wait_empty(ss.kv_empty, blk_n);
       btrace.mark();
@@ -166,35 +140,35 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
       bulk_load(ss.kv_content[stage], src + kvl::CONTENT_OFFSET, CONTENT_TILES * CONTENT_TILE_BYTES, bar);
       bulk_load(ss.kv_rope[stage], src + kvl::ROPE_OFFSET, ROPE_TILE_BYTES, bar);
       bulk_load(ss.kv_scale[stage], src + kvl::SCALE_OFFSET, BLOCK_N * kvl::SCALE_TOKEN_BYTES, bar);
-    });
+    };
+#ifdef SNAPMLA_EXP_Q_FIRST
+    query_tile();
+    const Piece pc = make_piece(p, row, req);
+    walk_piece_pages(p, pc, req, lane, n, [] {}, issue_page);
+#else
+    const Piece pc = make_piece(p, row, req);
+    walk_piece_pages(p, pc, req, lane, n, query_tile, issue_page);
+#endif
   }
   btrace.print("any", "prod");
 }
 
-// The producer warp of every decode kernel: its PDL wait first, unless this call's inputs other than q were
-// complete before the grid started (then run_producer waits before the first query tile).
-template <typename Storage>
-__device__ __forceinline__ void run_producer_warp(const KernelParams& kp, Storage& ss) {
-  if (!kp.p.inputs_ready_before_wait) griddep_wait();
-  run_producer<Storage>(kp, ss, load_sched_row(kp.p));
-}
-
 // The role split of both decode kernels, after their prologue's __syncthreads: the producer warpgroup gives
-// registers back and its first warp runs run_producer_warp; the math warpgroups take PRODUCER's share, wait for the
-// grid before (PDL) and run run_math(wg) (a callable). The schedule row is read after the split: values live
-// across setmaxnreg would be spilled. A CTA with no work (BEGIN_REQ > END_REQ) runs both roles through empty loops.
+// registers back and its first warp runs run_producer; the math warpgroups take PRODUCER's share and run
+// run_math(wg) (a callable). The schedule row is read after the split: values live across setmaxnreg would be
+// spilled. A CTA with no work (BEGIN_REQ > END_REQ) runs both roles through empty loops.
 // PDL (common/pdl.h): nothing before this point touches global memory (the barrier init and the tensor-map
 // prefetch read shared memory and kernel parameters), so that prologue overlaps the previous kernel's tail; the
 // combine kernel may be scheduled from here on (it waits for this grid to complete before it reads).
 template <int PRODUCER_REGS_, int MATH_REGS_, typename Storage, typename RunMath>
 __device__ __forceinline__ void split_roles(const KernelParams& kp, Storage& ss, RunMath&& run_math) {
+  griddep_wait();
   griddep_launch_dependents();
   const int wg = threadIdx.x / WG_THREADS;
   if (wg == PRODUCER_WG) {
     cutlass::arch::warpgroup_reg_dealloc<PRODUCER_REGS_>();
-    if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer_warp<Storage>(kp, ss);
+    if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<Storage>(kp, ss, load_sched_row(kp.p));
   } else {
-    griddep_wait();
     cutlass::arch::warpgroup_reg_alloc<MATH_REGS_>();
     run_math(load_sched_row(kp.p), wg);
   }

@@ -45,20 +45,18 @@ __global__ void __launch_bounds__(WS_THREADS, 1) snapmla_decode_fp8_ws_kernel(co
   // kv_empty: both PV warpgroups after their PV of the block; q_empty: the softmax warpgroup's last QK of a piece.
   init_wide_pipeline(kp, ss, NUM_PV_WG * WG_THREADS, WG_THREADS);
 
-  // PDL (common/pdl.h): nothing above touched global memory; the producer warp waits for the grid before on its
-  // own (run_producer_warp: maybe after its first pages), the math warpgroups here. The schedule row is read after
-  // setmaxnreg (values live across it would be spilled).
+  // PDL (common/pdl.h): nothing above touched global memory; the schedule row is read after setmaxnreg (values
+  // live across it would be spilled).
+  griddep_wait();
   griddep_launch_dependents();
   const int wg = threadIdx.x / WG_THREADS;
   if (wg == PRODUCER_WG) {
     cutlass::arch::warpgroup_reg_dealloc<WS_PRODUCER_REGS>();
-    if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer_warp<SharedStorage>(kp, ss);
+    if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<SharedStorage>(kp, ss, load_sched_row(kp.p));
   } else if (wg == SOFTMAX_WG) {
-    griddep_wait();
     cutlass::arch::warpgroup_reg_dealloc<WS_SOFTMAX_REGS>();
     run_softmax_wg(kp, ss, load_sched_row(kp.p));
   } else {
-    griddep_wait();
     cutlass::arch::warpgroup_reg_alloc<WS_PV_REGS>();
     run_pv_wg(kp, ss, load_sched_row(kp.p), wg);
   }
