@@ -12,6 +12,7 @@ import torch
 
 from snapmla_ext import layout as L
 from snapmla_ext import ops, reference
+from snapmla_ext.cache import SnapMLAKVCache
 from snapmla_ext.decode_ops import decode_kernel, flash_mla_with_kvcache, get_mla_metadata
 from utils.compare import assert_same_decode_bits, cos_diff, max_abs, rel_l2
 from utils.data import make_paged_inputs
@@ -233,6 +234,38 @@ def test_pdl_launch_is_bit_identical(monkeypatch, s_q, h_q, kernel):
     monkeypatch.setenv("SNAPMLA_PDL", "1")
     pdl = _run(p, s_q, h_q, True, 30)
     assert_same_decode_bits(plain, pdl)
+
+
+@pytest.mark.parametrize("h_q,kernel", [(64, "ws"), (16, "narrow"), (32, "wide")], ids=["ws", "narrow", "wide"])
+def test_inputs_written_right_before_the_call_are_read(h_q, kernel):
+    """An engine's step: K-append of the new tokens, the lengths and the schedule updated in place, then the decode
+    call from a BF16 q, all on one stream with no sync in between (with PDL the decode kernels start before the
+    kernels ahead of them end, common/pdl.h). Each step's new page holds the cache's NaN poison until its append,
+    so a read that came too early shows as NaN or as a mismatch against the reference."""
+    force_kernel(kernel)  # narrow: only affects q_rows <= 16
+    b, steps = 3, 4
+    full = [64 * 9, 64 * 6, 64 * 13]
+    p = make_paged_inputs(b, 1, h_q, full, seed=23, device="cuda")
+    first = [n - 64 * steps for n in full]
+    poison = SnapMLAKVCache(p.cache.num_blocks, device="cuda").data
+    for i in range(b):
+        pages = p.block_table[i, first[i] // 64 : full[i] // 64].long()
+        p.cache.data[pages] = poison[pages]  # back to NaN until appended below
+    seqlens = torch.tensor(first, dtype=torch.int32, device="cuda")
+    outs = []
+    for s in range(steps):
+        tok = [slice(n + 64 * s, n + 64 * (s + 1)) for n in first]
+        ops.append_kv(p.cache, torch.cat([p.kv[i, t] for i, t in enumerate(tok)]),
+                      torch.cat([p.slots[i, t] for i, t in enumerate(tok)]))
+        seqlens.add_(64)
+        meta, splits = get_mla_metadata(seqlens, h_q, 1, num_sm_parts=30)
+        outs.append(flash_mla_with_kvcache(p.q, p.cache, p.block_table, seqlens, L.D_CONTENT, meta, splits))
+    torch.cuda.synchronize()
+    for s, (out, lse) in enumerate(outs):
+        lengths = torch.tensor([n + 64 * (s + 1) for n in first], dtype=torch.int32, device="cuda")
+        ref_out, ref_lse = reference.decode(p.q, p.cache, p.block_table, lengths)
+        assert not torch.isnan(out).any() and not torch.isnan(lse).any(), f"step {s}: NaN (a page read too early)"
+        assert rel_l2(out.float(), ref_out.float()) <= O_REL_L2 and max_abs(lse, ref_lse) <= LSE_ATOL, f"step {s}"
 
 
 def test_pdl_env_is_checked(monkeypatch):
