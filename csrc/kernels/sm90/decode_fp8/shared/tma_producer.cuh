@@ -141,14 +141,8 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
       bulk_load(ss.kv_rope[stage], src + kvl::ROPE_OFFSET, ROPE_TILE_BYTES, bar);
       bulk_load(ss.kv_scale[stage], src + kvl::SCALE_OFFSET, BLOCK_N * kvl::SCALE_TOKEN_BYTES, bar);
     };
-#ifdef SNAPMLA_EXP_Q_FIRST
-    query_tile();
-    const Piece pc = make_piece(p, row, req);
-    walk_piece_pages(p, pc, req, lane, n, [] {}, issue_page);
-#else
     const Piece pc = make_piece(p, row, req);
     walk_piece_pages(p, pc, req, lane, n, query_tile, issue_page);
-#endif
   }
   btrace.print("any", "prod");
 }
