@@ -7,7 +7,6 @@
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
 #include "kernels/sm90/decode_fp8/shared/config.h"
-#include "kernels/sm90/decode_fp8/shared/schedule.cuh"
 #include "kernels/sm90/decode_fp8/shared/traits.h"
 
 namespace snapmla::sm90::decode_fp8 {
@@ -29,11 +28,6 @@ __device__ __forceinline__ void prefetch_tensor_maps(const KernelParams& kp) {
   if (threadIdx.x != PRODUCER_WG * WG_THREADS) return;
   tma_prefetch_map(&kp.tm_q_content);
   tma_prefetch_map(&kp.tm_q_rope);
-#ifdef SNAPMLA_EXP_SCHED_PREFETCH
-  // Experiment: this CTA's schedule row into L2 before the PDL wait (a prefetch returns nothing, so it reads no
-  // result of the grid before; L2 is where that grid's stores land).
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(sched_meta_row(kp.p)));
-#endif
 }
 
 }  // namespace snapmla::sm90::decode_fp8
