@@ -120,6 +120,7 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
   int piece = 0;
   BlockTrace btrace(lane == 0);  // -DSNAPMLA_TRACE_BLOCKS only (trace/block.cuh): each page's issue
   for (int req = row.begin_req; req <= row.end_req; ++req, ++piece) {
+    const Piece pc = make_piece(p, row, req);
     const int qbuf = StageRing<Q_BUFS_>::stage(piece);
     auto query_tile = [&] {
       if (lane != 0) return;
@@ -130,7 +131,7 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
       if constexpr (requires { ss.cta_q_issue; })
         if (piece == 0) cta_trace_stamp_shared(ss, [](auto& s) -> unsigned long long& { return s.cta_q_issue; });
     };
-    auto issue_page = [&](int blk_n, int page) {
+    walk_piece_pages(p, pc, req, lane, n, query_tile, [&](int blk_n, int page) {
       const int stage = StageRing<STAGES_>::stage(blk_n);
       StageRing<STAGES_>::wait_empty(ss.kv_empty, blk_n);
       btrace.mark();
@@ -140,9 +141,7 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
       bulk_load(ss.kv_content[stage], src + kvl::CONTENT_OFFSET, CONTENT_TILES * CONTENT_TILE_BYTES, bar);
       bulk_load(ss.kv_rope[stage], src + kvl::ROPE_OFFSET, ROPE_TILE_BYTES, bar);
       bulk_load(ss.kv_scale[stage], src + kvl::SCALE_OFFSET, BLOCK_N * kvl::SCALE_TOKEN_BYTES, bar);
-    };
-    const Piece pc = make_piece(p, row, req);
-    walk_piece_pages(p, pc, req, lane, n, query_tile, issue_page);
+    });
   }
   btrace.print("any", "prod");
 }
