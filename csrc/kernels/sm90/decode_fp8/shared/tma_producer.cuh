@@ -74,6 +74,36 @@ __device__ __forceinline__ const uint8_t* page_bytes(const DecodeParams& p, int 
   return p.kv_cache + static_cast<int64_t>(in_cache) * kvl::PAGE_BYTES;
 }
 
+#ifdef SNAPMLA_EXP_SPEC_PREFETCH
+// Experiment: before the PDL wait, the producer warp guesses the CTA's first pages from the schedule, the lengths
+// and the block table as they are now (the grids before may still be writing them: relaxed loads that bypass L1,
+// so no stale line is left for the reads after the wait) and asks L2 for up to KV_STAGES of them. A prefetch
+// returns no data, so a wrong guess costs bandwidth, never a result; every address stays inside the schedule, the
+// lengths, the table row's storage and the cache.
+__device__ __forceinline__ int ld_guess(const int* ptr) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(ptr));
+  return v;
+}
+__device__ __forceinline__ void prefetch_first_pages_guess(const DecodeParams& p, int lane) {
+  const int* meta = sched_meta_row(p);
+  const int req = ld_guess(meta + sched::BEGIN_REQ), end_req = ld_guess(meta + sched::END_REQ);
+  const int blk_begin = ld_guess(meta + sched::BEGIN_BLOCK), end_blk = ld_guess(meta + sched::END_BLOCK);
+  if (req < 0 || req >= p.b || req > end_req || blk_begin < 0) return;
+  const int64_t capacity = (static_cast<int64_t>(p.block_table_entries) - req * p.block_table_batch_stride);
+  const int blk = blk_begin + lane;
+  const bool in_table = lane < KV_STAGES && blk < capacity;
+  const int page = in_table ? ld_guess(p.block_table + req * p.block_table_batch_stride + blk) : -1;
+  const int seqlen = ld_guess(p.cache_seqlens + req);
+  const int blk_end = min(req == end_req ? end_blk : INT_MAX, (max(seqlen, 0) + BLOCK_N - 1) / BLOCK_N);
+  if (in_table && blk < blk_end && static_cast<uint32_t>(page) < static_cast<uint32_t>(p.num_blocks)) {
+    const uint8_t* src = p.kv_cache + static_cast<int64_t>(page) * kvl::PAGE_BYTES;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(static_cast<uint32_t>(kvl::PAGE_BYTES))
+                 : "memory");
+  }
+}
+#endif
+
 // The pages of one piece, for the producer of every decode kernel (run_producer here):
 // the page ids come 32 at a time, one coalesced load per 32 blocks by the whole warp, issued a chunk ahead and
 // handed to lane 0 by shuffles (read one by one, each id's global-load latency sat between two TMA issues:
@@ -146,6 +176,16 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
   btrace.print("any", "prod");
 }
 
+// Every decode kernel's PDL point (split_roles, ws/kernel.cuh): wait for the grids before (their writes are then
+// visible), then let the next grid (the combine) be scheduled; it waits for this grid's completion in turn.
+__device__ __forceinline__ void wait_for_prior_grids(const KernelParams& kp) {
+#ifdef SNAPMLA_EXP_SPEC_PREFETCH
+  if (threadIdx.x / 32 == PRODUCER_WG * WG_THREADS / 32) prefetch_first_pages_guess(kp.p, threadIdx.x % 32);
+#endif
+  griddep_wait();
+  griddep_launch_dependents();
+}
+
 // The role split of both decode kernels, after their prologue's __syncthreads: the producer warpgroup gives
 // registers back and its first warp runs run_producer; the math warpgroups take PRODUCER's share and run
 // run_math(wg) (a callable). The schedule row is read after the split: values live across setmaxnreg would be
@@ -155,8 +195,7 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
 // combine kernel may be scheduled from here on (it waits for this grid to complete before it reads).
 template <int PRODUCER_REGS_, int MATH_REGS_, typename Storage, typename RunMath>
 __device__ __forceinline__ void split_roles(const KernelParams& kp, Storage& ss, RunMath&& run_math) {
-  griddep_wait();
-  griddep_launch_dependents();
+  wait_for_prior_grids(kp);
   const int wg = threadIdx.x / WG_THREADS;
   if (wg == PRODUCER_WG) {
     cutlass::arch::warpgroup_reg_dealloc<PRODUCER_REGS_>();

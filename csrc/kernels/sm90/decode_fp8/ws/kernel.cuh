@@ -47,8 +47,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) snapmla_decode_fp8_ws_kernel(co
 
   // PDL (common/pdl.h): nothing above touched global memory; the schedule row is read after setmaxnreg (values
   // live across it would be spilled).
-  griddep_wait();
-  griddep_launch_dependents();
+  wait_for_prior_grids(kp);
   const int wg = threadIdx.x / WG_THREADS;
   if (wg == PRODUCER_WG) {
     cutlass::arch::warpgroup_reg_dealloc<WS_PRODUCER_REGS>();
