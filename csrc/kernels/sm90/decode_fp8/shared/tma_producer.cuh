@@ -180,7 +180,9 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
 // visible), then let the next grid (the combine) be scheduled; it waits for this grid's completion in turn.
 __device__ __forceinline__ void wait_for_prior_grids(const KernelParams& kp) {
 #ifdef SNAPMLA_EXP_SPEC_PREFETCH
-  if (threadIdx.x / 32 == PRODUCER_WG * WG_THREADS / 32) prefetch_first_pages_guess(kp.p, threadIdx.x % 32);
+  // The first warp of math warpgroup 0 (a PV warpgroup in ws): its first global access comes microseconds after the
+  // wait, behind the first page and hand-off, while the producer's warp goes straight to its wait.
+  if (threadIdx.x < 32) prefetch_first_pages_guess(kp.p, threadIdx.x);
 #endif
   griddep_wait();
   griddep_launch_dependents();
@@ -195,13 +197,14 @@ __device__ __forceinline__ void wait_for_prior_grids(const KernelParams& kp) {
 // combine kernel may be scheduled from here on (it waits for this grid to complete before it reads).
 template <int PRODUCER_REGS_, int MATH_REGS_, typename Storage, typename RunMath>
 __device__ __forceinline__ void split_roles(const KernelParams& kp, Storage& ss, RunMath&& run_math) {
-  wait_for_prior_grids(kp);
   const int wg = threadIdx.x / WG_THREADS;
   if (wg == PRODUCER_WG) {
     cutlass::arch::warpgroup_reg_dealloc<PRODUCER_REGS_>();
+    wait_for_prior_grids(kp);
     if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<Storage>(kp, ss, load_sched_row(kp.p));
   } else {
     cutlass::arch::warpgroup_reg_alloc<MATH_REGS_>();
+    wait_for_prior_grids(kp);
     run_math(load_sched_row(kp.p), wg);
   }
 }

@@ -47,16 +47,18 @@ __global__ void __launch_bounds__(WS_THREADS, 1) snapmla_decode_fp8_ws_kernel(co
 
   // PDL (common/pdl.h): nothing above touched global memory; the schedule row is read after setmaxnreg (values
   // live across it would be spilled).
-  wait_for_prior_grids(kp);
   const int wg = threadIdx.x / WG_THREADS;
   if (wg == PRODUCER_WG) {
     cutlass::arch::warpgroup_reg_dealloc<WS_PRODUCER_REGS>();
+    wait_for_prior_grids(kp);
     if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<SharedStorage>(kp, ss, load_sched_row(kp.p));
   } else if (wg == SOFTMAX_WG) {
     cutlass::arch::warpgroup_reg_dealloc<WS_SOFTMAX_REGS>();
+    wait_for_prior_grids(kp);
     run_softmax_wg(kp, ss, load_sched_row(kp.p));
   } else {
     cutlass::arch::warpgroup_reg_alloc<WS_PV_REGS>();
+    wait_for_prior_grids(kp);
     run_pv_wg(kp, ss, load_sched_row(kp.p), wg);
   }
 }
