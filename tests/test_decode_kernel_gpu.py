@@ -225,7 +225,8 @@ def test_kernel_is_deterministic(monkeypatch, s_q, h_q, kernel):
                          ids=["wide", "narrow", "ws"])
 def test_pdl_launch_is_bit_identical(monkeypatch, s_q, h_q, kernel):
     """Programmatic dependent launch (common/pdl.h) only lets a kernel's launch and prologue overlap the previous
-    kernel's tail: every kernel waits before its first global access. So Fused-Q-Quant -> decode -> combine with
+    kernel's tail: every kernel waits before its first global access (the decode kernels' L2 prefetch of guessed
+    pages aside, shared/pdl_point.cuh, which computes with nothing it reads). So Fused-Q-Quant -> decode -> combine with
     PDL (forced splits: the combine kernel runs) gives the same bits as plain launches."""
     force_kernel(kernel)  # narrow: only affects q_rows <= 16
     p = make_paged_inputs(3, s_q, h_q, [5000, 0, 777], seed=11, device="cuda")

@@ -156,17 +156,34 @@ def test_decode_kernels_access_shared_memory_as_shared(sass_by_function):
 def test_pdl_wait_precedes_every_global_access(sass_by_function):
     """Programmatic dependent launch (common/pdl.h): each kernel of a decode call waits for the previous grid
     (griddepcontrol.wait = ACQBULK) before its first global load, store or TMA load; Fused-Q-Quant and both
-    decode kernels let the next kernel launch early (griddepcontrol.launch_dependents = PREEXIT)."""
+    decode kernels let the next kernel launch early (griddepcontrol.launch_dependents = PREEXIT). The one
+    exception is the decode kernels' guess of their first pages (shared/pdl_point.cuh): relaxed gpu-scope loads
+    (LDG.E.STRONG.GPU, no L1 line left behind) and L2 prefetches (UBLKPF), each followed by a wait before any
+    other global access."""
     kernels = _kernels(sass_by_function, "q_quant_kernel", "snapmla_decode_fp8_kernel",
                        "snapmla_decode_fp8_narrow_kernel", "snapmla_decode_fp8_ws_kernel", "snapmla_combine_kernel")
     # Q-quant, three decode kernels, the combine's layouts (combine/layout.h): many rows; fan-out with 1, 2 or 4
     # warps per set and 1 .. 512 / (32 x warps per set) sets (3 + 4 + 5); one CTA per row with 1, 2 or 4 sets.
     assert len(kernels) == 1 + 3 + 1 + 12 + 3, sorted(kernels)
+    guess = re.compile(r"\bLDG\.E\.STRONG\.GPU\b|\bUBLKPF\b")
+    access = re.compile(r"\b(LDG|STG|UTMALDG|UBLKCP|LD|ST)\.|\bUBLKPF\b")
     for name, sass in kernels.items():
         wait = sass.find("ACQBULK")
         assert wait >= 0, f"{name}: no griddepcontrol.wait"
-        first_global = min((m.start() for m in re.finditer(r"\b(LDG|STG|UTMALDG|LD|ST)\.", sass)), default=len(sass))
+        decode = "decode_fp8" in name
+        accesses = [(m.start(), bool(guess.match(sass, m.start()))) for m in access.finditer(sass)]
+        first_global = min((at for at, is_guess in accesses if not (decode and is_guess)), default=len(sass))
         assert wait < first_global, f"{name}: a global access comes before griddepcontrol.wait"
+        if decode:
+            # Every guess load or prefetch lies before a wait, with no other access between it and that wait.
+            guesses = [at for at, is_guess in accesses if is_guess]
+            assert guesses, f"{name}: no guessed first pages before the wait (pdl_point.cuh)"
+            assert any("UBLKPF" in sass[at:at + 12] for at in guesses), f"{name}: no L2 prefetch"
+            for at in guesses:
+                nxt = sass.find("ACQBULK", at)
+                assert nxt > at, f"{name}: a guess load with no wait after it"
+                between = [a for a, is_guess in accesses if at < a < nxt and not is_guess]
+                assert not between, f"{name}: a global access between the guess and its wait"
         if "combine" not in name:
             assert "PREEXIT" in sass, f"{name}: no griddepcontrol.launch_dependents"
 

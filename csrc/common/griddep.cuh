@@ -2,7 +2,8 @@
 // (cutlass/arch/grid_dependency_control.h). A kernel launched with PDL may start while the kernel before it in the
 // stream is still running, so it must not touch global memory (read or write: the caching allocator may hand it
 // memory the previous kernel still uses) before griddep_wait, which returns once every prerequisite grid has
-// completed and its writes are visible. Without PDL both are no-ops.
+// completed and its writes are visible. Without PDL both are no-ops. The one exception, reads whose values only
+// choose L2 prefetch addresses, is the decode kernels' (kernels/sm90/decode_fp8/shared/pdl_point.cuh).
 //
 // CUTLASS compiles these to nothing unless CUTLASS_ENABLE_GDC_FOR_SM90 is defined (setup.py's nvcc flags): the
 // #error below turns a missing flag into a build failure instead of a silent race. Its asm has no memory clobber,

@@ -1,8 +1,9 @@
 // Host side of programmatic dependent launch (PDL; device side: common/griddep.cuh) for the kernels of one
 // decode call: Fused-Q-Quant -> decode -> combine. With the programmatic-stream-serialization attribute a
 // kernel's launch and prologue (barrier init, tensor-map prefetch) overlap the tail of the kernel before it;
-// each kernel waits (griddep_wait) before its first global access, so results are bit-identical to plain
-// launches. Inside a CUDA-graph capture the attribute becomes a programmatic edge.
+// each kernel waits (griddep_wait) before its first global access (the decode kernels' L2 prefetch of guessed
+// pages aside, which reads nothing it computes with: decode_fp8/shared/pdl_point.cuh), so results are
+// bit-identical to plain launches. Inside a CUDA-graph capture the attribute becomes a programmatic edge.
 // On by default since 2026-12-01; SNAPMLA_PDL=0 turns it off (read per call, so tests and
 // benchmarks compare both in one process). Measured on the H200 against plain launches, in rounds in one call,
 // twice: 1.01-1.04x at b = 4 / 16 / 64 / 128 (h_q 16 / 64 / 128,

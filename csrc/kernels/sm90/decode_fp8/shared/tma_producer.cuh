@@ -5,11 +5,11 @@
 // issue_query_tile overload.
 #pragma once
 
-#include "common/griddep.cuh"
 #include "kernels/sm90/common/stage_ring.cuh"
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/common/tma.cuh"
 #include "kernels/sm90/decode_fp8/shared/kernel_prologue.cuh"
+#include "kernels/sm90/decode_fp8/shared/pdl_point.cuh"
 #include "kernels/sm90/decode_fp8/shared/schedule.cuh"
 #include "kernels/sm90/decode_fp8/shared/traits.h"
 #include "kernels/sm90/decode_fp8/trace/hook.cuh"
@@ -73,36 +73,6 @@ __device__ __forceinline__ const uint8_t* page_bytes(const DecodeParams& p, int 
   const int in_cache = static_cast<uint32_t>(page) < static_cast<uint32_t>(p.num_blocks) ? page : 0;
   return p.kv_cache + static_cast<int64_t>(in_cache) * kvl::PAGE_BYTES;
 }
-
-#ifdef SNAPMLA_EXP_SPEC_PREFETCH
-// Experiment: before the PDL wait, the producer warp guesses the CTA's first pages from the schedule, the lengths
-// and the block table as they are now (the grids before may still be writing them: relaxed loads that bypass L1,
-// so no stale line is left for the reads after the wait) and asks L2 for up to KV_STAGES of them. A prefetch
-// returns no data, so a wrong guess costs bandwidth, never a result; every address stays inside the schedule, the
-// lengths, the table row's storage and the cache.
-__device__ __forceinline__ int ld_guess(const int* ptr) {
-  int v;
-  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(ptr));
-  return v;
-}
-__device__ __forceinline__ void prefetch_first_pages_guess(const DecodeParams& p, int lane) {
-  const int* meta = sched_meta_row(p);
-  const int req = ld_guess(meta + sched::BEGIN_REQ), end_req = ld_guess(meta + sched::END_REQ);
-  const int blk_begin = ld_guess(meta + sched::BEGIN_BLOCK), end_blk = ld_guess(meta + sched::END_BLOCK);
-  if (req < 0 || req >= p.b || req > end_req || blk_begin < 0) return;
-  const int64_t capacity = (static_cast<int64_t>(p.block_table_entries) - req * p.block_table_batch_stride);
-  const int blk = blk_begin + lane;
-  const bool in_table = lane < KV_STAGES && blk < capacity;
-  const int page = in_table ? ld_guess(p.block_table + req * p.block_table_batch_stride + blk) : -1;
-  const int seqlen = ld_guess(p.cache_seqlens + req);
-  const int blk_end = min(req == end_req ? end_blk : INT_MAX, (max(seqlen, 0) + BLOCK_N - 1) / BLOCK_N);
-  if (in_table && blk < blk_end && static_cast<uint32_t>(page) < static_cast<uint32_t>(p.num_blocks)) {
-    const uint8_t* src = p.kv_cache + static_cast<int64_t>(page) * kvl::PAGE_BYTES;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(static_cast<uint32_t>(kvl::PAGE_BYTES))
-                 : "memory");
-  }
-}
-#endif
 
 // The pages of one piece, for the producer of every decode kernel (run_producer here):
 // the page ids come 32 at a time, one coalesced load per 32 blocks by the whole warp, issued a chunk ahead and
@@ -176,25 +146,14 @@ __device__ void run_producer(const KernelParams& kp, Storage& ss, const SchedRow
   btrace.print("any", "prod");
 }
 
-// Every decode kernel's PDL point (split_roles, ws/kernel.cuh): wait for the grids before (their writes are then
-// visible), then let the next grid (the combine) be scheduled; it waits for this grid's completion in turn.
-__device__ __forceinline__ void wait_for_prior_grids(const KernelParams& kp) {
-#ifdef SNAPMLA_EXP_SPEC_PREFETCH
-  // The first warp of math warpgroup 0 (a PV warpgroup in ws): its first global access comes microseconds after the
-  // wait, behind the first page and hand-off, while the producer's warp goes straight to its wait.
-  if (threadIdx.x < 32) prefetch_first_pages_guess(kp.p, threadIdx.x);
-#endif
-  griddep_wait();
-  griddep_launch_dependents();
-}
-
 // The role split of both decode kernels, after their prologue's __syncthreads: the producer warpgroup gives
 // registers back and its first warp runs run_producer; the math warpgroups take PRODUCER's share and run
 // run_math(wg) (a callable). The schedule row is read after the split: values live across setmaxnreg would be
 // spilled. A CTA with no work (BEGIN_REQ > END_REQ) runs both roles through empty loops.
-// PDL (common/pdl.h): nothing before this point touches global memory (the barrier init and the tensor-map
-// prefetch read shared memory and kernel parameters), so that prologue overlaps the previous kernel's tail; the
-// combine kernel may be scheduled from here on (it waits for this grid to complete before it reads).
+// PDL (common/pdl.h): nothing before each role's wait_for_prior_grids (pdl_point.cuh) touches global memory but
+// its L2 prefetch of the guessed first pages (the barrier init and the tensor-map prefetch read shared memory and
+// kernel parameters), so that prologue overlaps the previous kernel's tail; the combine kernel may be scheduled
+// from there on (it waits for this grid to complete before it reads).
 template <int PRODUCER_REGS_, int MATH_REGS_, typename Storage, typename RunMath>
 __device__ __forceinline__ void split_roles(const KernelParams& kp, Storage& ss, RunMath&& run_math) {
   const int wg = threadIdx.x / WG_THREADS;

@@ -23,7 +23,6 @@
 // (~203 KB, traits.h). Bytes per block: 41216. FLOPs per block and tile as the wide kernel's.
 #pragma once
 
-#include "common/griddep.cuh"
 #include "kernels/sm90/common/mbarrier.cuh"
 #include "kernels/sm90/decode_fp8/shared/kernel_prologue.cuh"
 #include "kernels/sm90/decode_fp8/shared/query_tile.cuh"
@@ -45,8 +44,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) snapmla_decode_fp8_ws_kernel(co
   // kv_empty: both PV warpgroups after their PV of the block; q_empty: the softmax warpgroup's last QK of a piece.
   init_wide_pipeline(kp, ss, NUM_PV_WG * WG_THREADS, WG_THREADS);
 
-  // PDL (common/pdl.h): nothing above touched global memory; the schedule row is read after setmaxnreg (values
-  // live across it would be spilled).
+  // PDL (common/pdl.h): nothing above touched global memory; each role waits after its setmaxnreg
+  // (pdl_point.cuh: the first PV warp's L2 prefetch of the guessed first pages, then the wait), and the schedule
+  // row is read after it (values live across setmaxnreg would be spilled).
   const int wg = threadIdx.x / WG_THREADS;
   if (wg == PRODUCER_WG) {
     cutlass::arch::warpgroup_reg_dealloc<WS_PRODUCER_REGS>();

@@ -1,0 +1,70 @@
+// The decode kernels' PDL point (common/pdl.h), run by every role after its setmaxnreg (split_roles,
+// ws/kernel.cuh): an L2 prefetch of the CTA's first pages guessed before the wait, the wait for the grids before
+// (Fused-Q-Quant, and through it K-append and the schedule), and the trigger that lets the combine be scheduled.
+//
+// Why the guess: with PDL the decode grid starts while Fused-Q-Quant still runs (~2 us at b = 1-16), and after
+// the wait the producer's first page comes through three dependent global reads (schedule row, the piece's
+// length and its block ids) and the page's own HBM read. The guess runs those reads during the wait and asks L2
+// for up to KV_STAGES pages, so the producer's copies after the wait find them there: 1.02-1.08x for the whole
+// call at b = 1, 0.99-1.02x elsewhere (docs/design.md section 1).
+//
+// Why it is safe: the values read before the wait may be stale or half-written (the grids before may still be
+// writing the schedule, the lengths or the table, and the caching allocator may have handed their memory to
+// another tensor). They only choose addresses to prefetch, and every address is kept inside its buffer: the
+// schedule row, lengths[req] with req < b, the table row's storage (block_table_entries) and the cache
+// (num_blocks). A prefetch returns no data, so a wrong guess costs bandwidth, never a result. The reads are
+// relaxed gpu-scope loads (LDG.E.STRONG.GPU), which do not leave a line in L1 that a plain load after the wait
+// could hit stale (L2 is where the writers' stores land). tests/test_sass.py checks that nothing else of the
+// kernels touches global memory before the wait.
+//
+// Who guesses: the first warp of math warpgroup 0 (a PV warpgroup in the ws kernel). Its first global access
+// comes microseconds later, behind the first page (and, in ws, the first hand-off), so waiting for its guess
+// costs nothing; the producer's warp goes straight to its wait. In the producer's warp the guess held the wait
+// back (query tile ready 1.6 -> 2.0 us, median over CTAs at b = 1, h_q 64, 8k, H100) and gained only where the
+// narrow kernel runs.
+#pragma once
+
+#include <cstdint>
+
+#include "common/griddep.cuh"
+#include "kernels/sm90/decode_fp8/shared/config.h"
+#include "kernels/sm90/decode_fp8/shared/schedule.cuh"
+#include "kernels/sm90/decode_fp8/shared/traits.h"
+#include "kv_layout.h"
+
+namespace snapmla::sm90::decode_fp8 {
+
+__device__ __forceinline__ int ld_relaxed_gpu(const int* ptr) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(ptr));
+  return v;
+}
+
+// Lane l < KV_STAGES prefetches the page of block BEGIN_BLOCK + l of the CTA's first request, if that block is
+// inside the request's length (as make_piece clamps it) and its id inside the cache.
+__device__ __forceinline__ void prefetch_guessed_first_pages(const DecodeParams& p, int lane) {
+  const int* meta = sched_meta_row(p);  // (num_sm_parts, SCHED_META_INTS)
+  const int req = ld_relaxed_gpu(meta + sched::BEGIN_REQ), end_req = ld_relaxed_gpu(meta + sched::END_REQ);
+  const int blk_begin = ld_relaxed_gpu(meta + sched::BEGIN_BLOCK), end_blk = ld_relaxed_gpu(meta + sched::END_BLOCK);
+  if (req < 0 || req >= p.b || req > end_req || blk_begin < 0) return;
+  const int64_t capacity = static_cast<int64_t>(p.block_table_entries) - req * p.block_table_batch_stride;
+  const int blk = blk_begin + lane;
+  const bool in_table = lane < KV_STAGES && blk < capacity;
+  // (b, max_pages) int32 view; in flight together with the length
+  const int page = in_table ? ld_relaxed_gpu(p.block_table + req * p.block_table_batch_stride + blk) : -1;
+  const int seqlen = ld_relaxed_gpu(p.cache_seqlens + req);  // (b,)
+  const int blk_end = min(req == end_req ? end_blk : INT_MAX, (max(seqlen, 0) + BLOCK_N - 1) / BLOCK_N);
+  if (in_table && blk < blk_end && static_cast<uint32_t>(page) < static_cast<uint32_t>(p.num_blocks)) {
+    const uint8_t* src = p.kv_cache + static_cast<int64_t>(page) * kvl::PAGE_BYTES;  // (PAGE_BYTES,) uint8
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(static_cast<uint32_t>(kvl::PAGE_BYTES))
+                 : "memory");
+  }
+}
+
+__device__ __forceinline__ void wait_for_prior_grids(const KernelParams& kp) {
+  if (threadIdx.x < 32) prefetch_guessed_first_pages(kp.p, threadIdx.x);
+  griddep_wait();
+  griddep_launch_dependents();
+}
+
+}  // namespace snapmla::sm90::decode_fp8
