@@ -48,12 +48,14 @@ __device__ __forceinline__ void prefetch_guessed_first_pages(const DecodeParams&
   const int blk_begin = ld_relaxed_gpu(meta + sched::BEGIN_BLOCK), end_blk = ld_relaxed_gpu(meta + sched::END_BLOCK);
   if (req < 0 || req >= p.b || req > end_req || blk_begin < 0) return;
   const int64_t capacity = static_cast<int64_t>(p.block_table_entries) - req * p.block_table_batch_stride;
-  const int blk = blk_begin + lane;
+  // 64-bit: a garbage BEGIN_BLOCK near INT_MAX must not wrap to a negative block and a read before the table.
+  const int64_t blk = static_cast<int64_t>(blk_begin) + lane;
   const bool in_table = lane < KV_STAGES && blk < capacity;
   // (b, max_pages) int32 view; in flight together with the length
   const int page = in_table ? ld_relaxed_gpu(p.block_table + req * p.block_table_batch_stride + blk) : -1;
   const int seqlen = ld_relaxed_gpu(p.cache_seqlens + req);  // (b,)
-  const int blk_end = min(req == end_req ? end_blk : INT_MAX, (max(seqlen, 0) + BLOCK_N - 1) / BLOCK_N);
+  const int64_t n_blocks = (static_cast<int64_t>(max(seqlen, 0)) + BLOCK_N - 1) / BLOCK_N;
+  const int64_t blk_end = req == end_req ? min(static_cast<int64_t>(end_blk), n_blocks) : n_blocks;
   if (in_table && blk < blk_end && static_cast<uint32_t>(page) < static_cast<uint32_t>(p.num_blocks)) {
     const uint8_t* src = p.kv_cache + static_cast<int64_t>(page) * kvl::PAGE_BYTES;  // (PAGE_BYTES,) uint8
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(static_cast<uint32_t>(kvl::PAGE_BYTES))
@@ -61,8 +63,11 @@ __device__ __forceinline__ void prefetch_guessed_first_pages(const DecodeParams&
   }
 }
 
+// kGuess: the branch of math warpgroup 0 (the guess is compiled there only; its first warp runs it).
+template <bool kGuess>
 __device__ __forceinline__ void wait_for_prior_grids(const KernelParams& kp) {
-  if (threadIdx.x < 32) prefetch_guessed_first_pages(kp.p, threadIdx.x);
+  if constexpr (kGuess)
+    if (threadIdx.x < 32) prefetch_guessed_first_pages(kp.p, threadIdx.x);
   griddep_wait();
   griddep_launch_dependents();
 }

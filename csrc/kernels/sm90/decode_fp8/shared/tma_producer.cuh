@@ -159,11 +159,11 @@ __device__ __forceinline__ void split_roles(const KernelParams& kp, Storage& ss,
   const int wg = threadIdx.x / WG_THREADS;
   if (wg == PRODUCER_WG) {
     cutlass::arch::warpgroup_reg_dealloc<PRODUCER_REGS_>();
-    wait_for_prior_grids(kp);
+    wait_for_prior_grids<false>(kp);
     if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<Storage>(kp, ss, load_sched_row(kp.p));
   } else {
     cutlass::arch::warpgroup_reg_alloc<MATH_REGS_>();
-    wait_for_prior_grids(kp);
+    wait_for_prior_grids<true>(kp);
     run_math(load_sched_row(kp.p), wg);
   }
 }

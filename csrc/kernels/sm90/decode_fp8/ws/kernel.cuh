@@ -50,15 +50,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1) snapmla_decode_fp8_ws_kernel(co
   const int wg = threadIdx.x / WG_THREADS;
   if (wg == PRODUCER_WG) {
     cutlass::arch::warpgroup_reg_dealloc<WS_PRODUCER_REGS>();
-    wait_for_prior_grids(kp);
+    wait_for_prior_grids<false>(kp);
     if (threadIdx.x < PRODUCER_WG * WG_THREADS + 32) run_producer<SharedStorage>(kp, ss, load_sched_row(kp.p));
   } else if (wg == SOFTMAX_WG) {
     cutlass::arch::warpgroup_reg_dealloc<WS_SOFTMAX_REGS>();
-    wait_for_prior_grids(kp);
+    wait_for_prior_grids<false>(kp);
     run_softmax_wg(kp, ss, load_sched_row(kp.p));
   } else {
     cutlass::arch::warpgroup_reg_alloc<WS_PV_REGS>();
-    wait_for_prior_grids(kp);
+    wait_for_prior_grids<true>(kp);
     run_pv_wg(kp, ss, load_sched_row(kp.p), wg);
   }
 }
