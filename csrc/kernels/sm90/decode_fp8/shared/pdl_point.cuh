@@ -5,7 +5,7 @@
 // Why the guess: with PDL the decode grid starts while Fused-Q-Quant still runs (~2 us at b = 1-16), and after
 // the wait the producer's first page comes through three dependent global reads (schedule row, the piece's
 // length and its block ids) and the page's own HBM read. The guess runs those reads during the wait and asks L2
-// for up to KV_STAGES pages, so the producer's copies after the wait find them there: 1.02-1.08x for the whole
+// for up to GUESSED_PAGES (KV_STAGES) pages, so the producer's copies after the wait find them there: 1.02-1.08x for the whole
 // call at b = 1, 0.99-1.02x elsewhere (docs/design.md section 1).
 //
 // Why it is safe: the values read before the wait may be stale or half-written (the grids before may still be
@@ -28,11 +28,14 @@
 
 #include "common/griddep.cuh"
 #include "kernels/sm90/decode_fp8/shared/config.h"
+#include "kernels/sm90/decode_fp8/shared/page_guess.h"
 #include "kernels/sm90/decode_fp8/shared/schedule.cuh"
 #include "kernels/sm90/decode_fp8/shared/traits.h"
 #include "kv_layout.h"
 
 namespace snapmla::sm90::decode_fp8 {
+
+static_assert(GUESSED_PAGES == KV_STAGES, "the guess covers the pages a producer issues before its first wait");
 
 __device__ __forceinline__ int ld_relaxed_gpu(const int* ptr) {
   int v;
@@ -40,23 +43,17 @@ __device__ __forceinline__ int ld_relaxed_gpu(const int* ptr) {
   return v;
 }
 
-// Lane l < KV_STAGES prefetches the page of block BEGIN_BLOCK + l of the CTA's first request, if that block is
-// inside the request's length (as make_piece clamps it) and its id inside the cache.
+// Lane l < GUESSED_PAGES prefetches the page of block BEGIN_BLOCK + l of the CTA's first request, if that block
+// is inside the request's length (as make_piece clamps it) and its id inside the cache (bounds: page_guess.h).
 __device__ __forceinline__ void prefetch_guessed_first_pages(const DecodeParams& p, int lane) {
   const int* meta = sched_meta_row(p);  // (num_sm_parts, SCHED_META_INTS)
   const int req = ld_relaxed_gpu(meta + sched::BEGIN_REQ), end_req = ld_relaxed_gpu(meta + sched::END_REQ);
   const int blk_begin = ld_relaxed_gpu(meta + sched::BEGIN_BLOCK), end_blk = ld_relaxed_gpu(meta + sched::END_BLOCK);
-  if (req < 0 || req >= p.b || req > end_req || blk_begin < 0) return;
-  const int64_t capacity = static_cast<int64_t>(p.block_table_entries) - req * p.block_table_batch_stride;
-  // 64-bit: a garbage BEGIN_BLOCK near INT_MAX must not wrap to a negative block and a read before the table.
-  const int64_t blk = static_cast<int64_t>(blk_begin) + lane;
-  const bool in_table = lane < KV_STAGES && blk < capacity;
-  // (b, max_pages) int32 view; in flight together with the length
-  const int page = in_table ? ld_relaxed_gpu(p.block_table + req * p.block_table_batch_stride + blk) : -1;
-  const int seqlen = ld_relaxed_gpu(p.cache_seqlens + req);  // (b,)
-  const int64_t n_blocks = (static_cast<int64_t>(max(seqlen, 0)) + BLOCK_N - 1) / BLOCK_N;
-  const int64_t blk_end = req == end_req ? min(static_cast<int64_t>(end_blk), n_blocks) : n_blocks;
-  if (in_table && blk < blk_end && static_cast<uint32_t>(page) < static_cast<uint32_t>(p.num_blocks)) {
+  if (!guess_row_usable(req, end_req, blk_begin, p.b)) return;
+  const int64_t at = guess_table_index(req, blk_begin, lane, p.block_table_entries, p.block_table_batch_stride);
+  const int page = at >= 0 ? ld_relaxed_gpu(p.block_table + at) : -1;  // (b, max_pages) int32 view
+  const int seqlen = ld_relaxed_gpu(p.cache_seqlens + req);              // (b,); in flight with the page id
+  if (at >= 0 && guess_prefetches(req, end_req, end_blk, blk_begin, lane, seqlen, page, p.num_blocks)) {
     const uint8_t* src = p.kv_cache + static_cast<int64_t>(page) * kvl::PAGE_BYTES;  // (PAGE_BYTES,) uint8
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(static_cast<uint32_t>(kvl::PAGE_BYTES))
                  : "memory");
