@@ -35,4 +35,10 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
   cute::SM90_BULK_COPY_G2S::copy(src, bar, dst, static_cast<int32_t>(bytes));
 }
 
+// A hint that the `bytes` (a multiple of 16; 16-B aligned) at src be brought into L2: no data comes back, nothing
+// waits for it (the decode kernels' guessed first pages, decode_fp8/shared/pdl_point.cuh).
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  cute::SM90_BULK_COPY_G2S::PREFETCH::copy(src, static_cast<int32_t>(bytes));
+}
+
 }  // namespace snapmla::sm90

@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "common/griddep.cuh"
+#include "kernels/sm90/common/tma.cuh"
 #include "kernels/sm90/decode_fp8/shared/config.h"
 #include "kernels/sm90/decode_fp8/shared/page_guess.h"
 #include "kernels/sm90/decode_fp8/shared/schedule.cuh"
@@ -37,6 +38,7 @@ namespace snapmla::sm90::decode_fp8 {
 
 static_assert(GUESSED_PAGES == KV_STAGES, "the guess covers the pages a producer issues before its first wait");
 
+// A relaxed gpu-scope load (CUTLASS has no wrapper for one): coherent at L2, no line left in L1.
 __device__ __forceinline__ int ld_relaxed_gpu(const int* ptr) {
   int v;
   asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(ptr));
@@ -55,8 +57,7 @@ __device__ __forceinline__ void prefetch_guessed_first_pages(const DecodeParams&
   const int seqlen = ld_relaxed_gpu(p.cache_seqlens + req);              // (b,); in flight with the page id
   if (at >= 0 && guess_prefetches(req, end_req, end_blk, blk_begin, lane, seqlen, page, p.num_blocks)) {
     const uint8_t* src = p.kv_cache + static_cast<int64_t>(page) * kvl::PAGE_BYTES;  // (PAGE_BYTES,) uint8
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(static_cast<uint32_t>(kvl::PAGE_BYTES))
-                 : "memory");
+    bulk_prefetch_l2(src, kvl::PAGE_BYTES);
   }
 }
 
