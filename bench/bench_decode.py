@@ -19,6 +19,7 @@ data is >> L2 anyway), median.
     python3 bench/bench_decode.py [--quick] [--out DIR]      (GPU; SNAPMLA_BENCH_QUICK=1 means --quick)
     python3 bench/bench_decode.py --cases sk8192 --pdl-ab     (also plain launches vs PDL, common/pdl.h)
     python3 bench/bench_decode.py --plot RESULT.json          (anywhere: PNG of speedup vs context length)
+    python3 bench/bench_decode.py --table RESULT.json         (anywhere: README's markdown table of that run)
 JSON goes to bench/results/ and to --out; the PNG next to each JSON.
 """
 
@@ -332,6 +333,37 @@ def print_line(r) -> None:
           f"{rounds}", flush=True)
 
 
+def markdown_table(json_path: str) -> str:
+    """README's table from an earlier run's JSON: per case our time, each peer's time (in the order of the run's
+    "peers"), ours over each BF16 peer's faster one and over each FP8 peer. Reads only the JSON (any machine)."""
+    with open(json_path) as f:
+        data = json.load(f)
+    peers = data.get("peers") or {}
+    bf16 = [n for n, v in peers.items() if v["precision"] == "bf16"]
+    fp8 = [n for n, v in peers.items() if v["precision"] != "bf16"]
+    head = ["b, s_q, h_q, s_k", "ours (us)"] + [f"{peers[n]['label']} (us)" for n in peers]
+    head += (["ours vs faster BF16"] if bf16 else []) + [f"ours vs {peers[n]['label']}" for n in fp8]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+
+    def k(tokens: int) -> str:  # 32768 -> 32k; a length that is not whole kilo-tokens as is
+        return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
+
+    for r in data["results"]:
+        p, got = r["params"], (r["params"].get("peers") or {})
+        shape = f"{p['b']}, {p['s_q']}, {p['h_q']}, {k(p['s_k'])}" + (" (varlen)" if p["varlen"] else "")
+        row = [shape, f"{r['us']:.1f}"] + [f"{got[n]['us']:.1f}" if n in got else "-" for n in peers]
+        timed = [n for n in bf16 if n in got]
+        if bf16:
+            best = min(timed, key=lambda n: got[n]["us"]) if timed else None
+            row.append(f"{got[best]['us'] / r['us']:.2f}x ({peers[best]['label'].split()[0]})" if best else "-")
+        row += [f"{got[n]['us'] / r['us']:.2f}x" if n in got else "-" for n in fp8]
+        lines.append("| " + " | ".join(row) + " |")
+    env = data.get("environment", {})
+    lines.append(f"\n{env.get('gpu', '?')}, torch {env.get('torch', '?')}, commit {env.get('git_revision', '?')}, "
+                 f"{env.get('date', '?')} ({os.path.basename(json_path)})")
+    return "\n".join(lines)
+
+
 def plot_speedup(json_path: str, png_path: Optional[str] = None) -> Optional[str]:
     """PNG of speedup over FlashMLA BF16 vs context length, one line per head count (b = 64, s_q = 1, fixed
     whole-block lengths). Reads only the JSON, so it runs on any machine with matplotlib."""
@@ -378,6 +410,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", default=os.environ.get("SNAPMLA_BENCH_QUICK") == "1",
                     help="four representative shapes only (also SNAPMLA_BENCH_QUICK=1, for tools/device/gpu_check.sh)")
     ap.add_argument("--plot", default=None, metavar="JSON", help="only draw the PNG of an earlier run's JSON")
+    ap.add_argument("--table", default=None, metavar="JSON",
+                    help="only print README's markdown table of an earlier run's JSON (times and ratios per peer)")
     ap.add_argument("--cases", default=None, metavar="SUBSTR",
                     help="only the cases whose name contains SUBSTR, or any of a comma-separated list "
                          "(e.g. b64_sq1_h16_sk32768 for ncu, sk8192,sk4096 for the small and short cases)")
@@ -398,6 +432,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.plot:
         print(plot_speedup(args.plot))
+        return
+    if args.table:
+        print(markdown_table(args.table))
         return
 
     from bench import harness as H

@@ -94,3 +94,31 @@ def test_prequantized_q_time_and_the_fp8_peer_ratio(bench, capsys):
     out = capsys.readouterr().out.splitlines()
     assert "[q pre-quantized: 91.5 us, vLLM FP8 1.04x]" in out[0], out[0]
     assert "[q pre-quantized: 91.5 us]" in out[1], out[1]
+
+
+def test_markdown_table_takes_the_faster_bf16_peer_per_case(bench, tmp_path):
+    """--table JSON: README's table from a run's file; the faster BF16 peer is chosen per case, a peer missing in a
+    case prints "-" and its ratio too, a partial length keeps its token count."""
+    import json
+
+    def case(b, h_q, s_k, ours, got, varlen=False):
+        return dict(name="x", us=ours, params=dict(b=b, s_q=1, h_q=h_q, s_k=s_k, varlen=varlen,
+                                                   peers={n: dict(us=t) for n, t in got.items()}))
+
+    data = dict(environment=dict(gpu="NVIDIA H200", torch="2.11.0", git_revision="abc1234", date="2026-12-07"),
+                peers={"flashmla_bf16": dict(label="FlashMLA BF16", precision="bf16"),
+                       "fa3_bf16": dict(label="FA3 BF16", precision="bf16"),
+                       "vllm_fp8": dict(label="vLLM FP8", precision="fp8")},
+                results=[case(64, 128, 32768, 100.0, {"flashmla_bf16": 130.0, "fa3_bf16": 150.0, "vllm_fp8": 110.0}),
+                         case(1, 64, 8192, 20.0, {"flashmla_bf16": 30.0, "fa3_bf16": 25.0, "vllm_fp8": 19.0},
+                              varlen=True),
+                         case(16, 16, 8191, 50.0, {"flashmla_bf16": 60.0})])
+    path = tmp_path / "bench_decode_x.json"
+    path.write_text(json.dumps(data))
+    lines = bench.markdown_table(str(path)).splitlines()
+    assert lines[0] == ("| b, s_q, h_q, s_k | ours (us) | FlashMLA BF16 (us) | FA3 BF16 (us) | vLLM FP8 (us) | "
+                        "ours vs faster BF16 | ours vs vLLM FP8 |"), lines[0]
+    assert lines[2] == "| 64, 1, 128, 32k | 100.0 | 130.0 | 150.0 | 110.0 | 1.30x (FlashMLA) | 1.10x |", lines[2]
+    assert lines[3] == "| 1, 1, 64, 8k (varlen) | 20.0 | 30.0 | 25.0 | 19.0 | 1.25x (FA3) | 0.95x |", lines[3]
+    assert lines[4] == "| 16, 1, 16, 8191 | 50.0 | 60.0 | - | - | 1.20x (FlashMLA) | - |", lines[4]
+    assert "NVIDIA H200, torch 2.11.0, commit abc1234" in lines[-1] and "bench_decode_x.json" in lines[-1]
