@@ -335,7 +335,8 @@ def print_line(r) -> None:
 
 def markdown_table(json_path: str) -> str:
     """README's table from an earlier run's JSON: per case our time, each peer's time (in the order of the run's
-    "peers"), ours over each BF16 peer's faster one and over each FP8 peer. Reads only the JSON (any machine)."""
+    "peers"), ours over the faster BF16 peer and over each FP8 peer, as run_case recorded them. Reads only the
+    JSON (any machine)."""
     with open(json_path) as f:
         data = json.load(f)
     peers = data.get("peers") or {}
@@ -352,11 +353,11 @@ def markdown_table(json_path: str) -> str:
         p, got = r["params"], (r["params"].get("peers") or {})
         shape = f"{p['b']}, {p['s_q']}, {p['h_q']}, {k(p['s_k'])}" + (" (varlen)" if p["varlen"] else "")
         row = [shape, f"{r['us']:.1f}"] + [f"{got[n]['us']:.1f}" if n in got else "-" for n in peers]
-        timed = [n for n in bf16 if n in got]
+        # The ratios and the faster BF16 peer as run_case recorded them (one place decides which is faster).
+        best = p.get("best_bf16_peer")
         if bf16:
-            best = min(timed, key=lambda n: got[n]["us"]) if timed else None
-            row.append(f"{got[best]['us'] / r['us']:.2f}x ({peers[best]['label'].split()[0]})" if best else "-")
-        row += [f"{got[n]['us'] / r['us']:.2f}x" if n in got else "-" for n in fp8]
+            row.append(f"{p['speedup_vs_best_bf16']:.2f}x ({peers[best]['label'].split()[0]})" if best else "-")
+        row += [f"{got[n]['speedup']:.2f}x" if n in got else "-" for n in fp8]
         lines.append("| " + " | ".join(row) + " |")
     env = data.get("environment", {})
     lines.append(f"\n{env.get('gpu', '?')}, torch {env.get('torch', '?')}, commit {env.get('git_revision', '?')}, "

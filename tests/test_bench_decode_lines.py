@@ -97,13 +97,16 @@ def test_prequantized_q_time_and_the_fp8_peer_ratio(bench, capsys):
 
 
 def test_markdown_table_takes_the_faster_bf16_peer_per_case(bench, tmp_path):
-    """--table JSON: README's table from a run's file; the faster BF16 peer is chosen per case, a peer missing in a
+    """--table JSON: README's table from a run's file; the faster BF16 peer is named per case, a peer missing in a
     case prints "-" and its ratio too, a partial length keeps its token count."""
     import json
 
-    def case(b, h_q, s_k, ours, got, varlen=False):
-        return dict(name="x", us=ours, params=dict(b=b, s_q=1, h_q=h_q, s_k=s_k, varlen=varlen,
-                                                   peers={n: dict(us=t) for n, t in got.items()}))
+    def case(b, h_q, s_k, ours, got, varlen=False):  # the fields run_case records
+        bf16 = [n for n in got if n.endswith("bf16")]
+        best = min(bf16, key=got.get) if bf16 else None
+        return dict(name="x", us=ours, params=dict(b=b, s_q=1, h_q=h_q, s_k=s_k, varlen=varlen, best_bf16_peer=best,
+                                                   speedup_vs_best_bf16=got[best] / ours if best else None,
+                                                   peers={n: dict(us=t, speedup=t / ours) for n, t in got.items()}))
 
     data = dict(environment=dict(gpu="NVIDIA H200", torch="2.11.0", git_revision="abc1234", date="2026-12-07"),
                 peers={"flashmla_bf16": dict(label="FlashMLA BF16", precision="bf16"),
