@@ -13,7 +13,13 @@
 // REPRO_GENERIC (dynamic shared memory aligned to 1024 B by integer arithmetic, as kernel_prologue.cuh
 // aligned_storage does: the compiler loses the address space and emits generic ST.E / LD.E, as in the kernel),
 // REPRO_OWN_BLOCKS (between merges each warpgroup runs its own blocks: a different number of 128-thread
-// barrier generations per warpgroup, with the barrier id in a register, as narrow/kernel.cuh own_block).
+// barrier generations per warpgroup, with the barrier id in a register, as narrow/kernel.cuh own_block),
+// REPRO_PDL (the decode call's launch chain, common/pdl.h: every launch is programmatic, each grid waits for its
+// predecessor before touching global memory and lets its dependent launch at once; after each merge grid a
+// combine-like grid of 128-thread CTAs with 7.5 KB of static shared memory, which fits beside a merge CTA; the
+// merge state then lives at the narrow kernel's own offsets in 216 KB of dynamic shared memory, xfer at 0x2d800).
+// The narrow kernel's racecheck reports came in a decode call whose combine grid is launched that way (H100,
+// 2026-12-07: case 1 of tools/device/sanitize_small.py, xfer stores and loads); this pattern without PDL is clean.
 #include <cstdint>
 #include <cstdio>
 
@@ -74,8 +80,35 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* b, int parity) {
       : "memory");
 }
 
+#ifdef REPRO_PDL
+// The narrow kernel's layout: KV stages, query buffers and P^T below xfer (narrow/config.h NarrowStorage).
+constexpr int SMEM_STATE_OFFSET = 0x2d800, SMEM_DYNAMIC_BYTES = 216 * 1024;
+static_assert(SMEM_STATE_OFFSET + sizeof(Smem) + 1024 <= SMEM_DYNAMIC_BYTES, "state inside the allocation");
+__device__ __forceinline__ void grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void grid_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
+
+// Combine-like dependent grid: waits for the merge grid, then stages and sums through its own shared memory.
+__global__ void __launch_bounds__(128) dependent_smem(const float* in, float* out) {
+  __shared__ float4 buf[480];  // 7.5 KB, the combine's largest `partial`
+  grid_launch_dependents();
+  grid_wait();
+  const int tid = threadIdx.x;
+  for (int i = tid; i < 480; i += 128) buf[i] = make_float4(in[i % 384], 1.f, 2.f, 3.f);
+  __syncthreads();
+  float s = 0.f;
+  for (int i = 0; i < 480; i += 32) s += buf[(i + tid) % 480].x;
+  out[blockIdx.x * 128 + tid] = s;
+}
+#endif
+
 __global__ void __launch_bounds__(384, 1) merge_pattern(int pieces, const float4* src, float* out) {
-#ifdef REPRO_GENERIC
+#if defined(REPRO_PDL)
+  extern __shared__ unsigned char smem_raw[];
+  const uintptr_t base = (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023};
+  Smem& ss = *reinterpret_cast<Smem*>(base + SMEM_STATE_OFFSET);
+  grid_wait();  // the kernels wait before their first global access, then trigger their dependents
+  grid_launch_dependents();
+#elif defined(REPRO_GENERIC)
   extern __shared__ unsigned char smem_raw[];
   Smem& ss = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
 #else
@@ -157,18 +190,45 @@ __global__ void __launch_bounds__(384, 1) merge_pattern(int pieces, const float4
   out[threadIdx.x] = acc;
 }
 
+#ifdef REPRO_PDL
+// One programmatic launch (common/pdl.h does the same for every kernel of a decode call).
+template <typename... Args>
+void launch_pdl(void (*kernel)(Args...), unsigned grid, unsigned threads, int smem, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+#endif
+
 int main() {
   float* out;
   float4* src;
   cudaMalloc(&out, 384 * sizeof(float));
   cudaMalloc(&src, 5 * 4096);
   cudaMemset(src, 0, 5 * 4096);
+#if defined(REPRO_PDL)
+  float* dep_out;
+  cudaMalloc(&dep_out, 4 * 132 * 128 * sizeof(float));
+  cudaFuncSetAttribute(merge_pattern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_DYNAMIC_BYTES);
+  for (int rep = 0; rep < 4; ++rep) {
+    launch_pdl(merge_pattern, 132, 384, SMEM_DYNAMIC_BYTES, 5, static_cast<const float4*>(src), out);
+    launch_pdl(dependent_smem, 4 * 132, 128, 0, static_cast<const float*>(out), dep_out);
+  }
+#else
 #ifdef REPRO_GENERIC
   const int smem = sizeof(Smem) + 1024;
 #else
   const int smem = 0;
 #endif
   for (int rep = 0; rep < 4; ++rep) merge_pattern<<<132, 384, smem>>>(5, src, out);
+#endif
   float h[384];
   cudaMemcpy(h, out, sizeof(h), cudaMemcpyDeviceToHost);
   double s = 0;

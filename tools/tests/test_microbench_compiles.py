@@ -26,3 +26,14 @@ def test_microbench_compiles_without_serialised_wgmma(tmp_path, name):
     assert " 0 bytes spill stores" in res.stderr and "bytes spill stores" in res.stderr, res.stderr[-2000:]
     spills = [ln for ln in res.stderr.splitlines() if "bytes spill stores" in ln and " 0 bytes spill stores" not in ln]
     assert not spills, spills
+
+
+@pytest.mark.parametrize("flags", [[], ["-DREPRO_PDL", "-DREPRO_PIPELINE", "-DREPRO_SETMAXNREG", "-DREPRO_OWN_BLOCKS"],
+                                   ["-DREPRO_GENERIC", "-DREPRO_PIPELINE"]])
+def test_racecheck_repro_compiles(tmp_path, flags):
+    """tools/repro/racecheck_count_barrier.cu builds with its ingredient flags, so that a device call can run it."""
+    src = os.path.join(ROOT, "tools", "repro", "racecheck_count_barrier.cu")
+    cmd = [nvcc_or_skip(), "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a", "-lineinfo", *flags,
+           "-o", str(tmp_path / "rc"), src]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
