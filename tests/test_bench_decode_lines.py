@@ -125,3 +125,22 @@ def test_markdown_table_takes_the_faster_bf16_peer_per_case(bench, tmp_path):
     assert lines[3] == "| 1, 1, 64, 8k (varlen) | 20.0 | 30.0 | 25.0 | 19.0 | 1.25x (FA3) | 0.95x |", lines[3]
     assert lines[4] == "| 16, 1, 16, 8191 | 50.0 | 60.0 | - | - | 1.20x (FlashMLA) | - |", lines[4]
     assert "NVIDIA H200, torch 2.11.0, commit abc1234" in lines[-1] and "bench_decode_x.json" in lines[-1]
+
+
+def test_readme_decode_table_is_the_cited_result_file(bench):
+    """README's decode table is what `--table` prints for the result file its Numbers section cites first, row for
+    row: a table edited by hand, or a result file replaced without the table, fails here."""
+    import os
+    import re
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    readme = open(os.path.join(root, "README.md")).read()
+    numbers = readme[readme.index("## Numbers"):]
+    cited = re.search(r"bench/results/(bench_decode_\w+\.json)", numbers)
+    assert cited, "README's Numbers section cites no bench_decode result file"
+    table = [ln for ln in bench.markdown_table(os.path.join(root, "bench", "results", cited.group(1))).splitlines()
+             if ln.startswith("|")]
+    assert table[0] in readme, "README has no decode table with the header `--table` prints"
+    at = readme.index(table[0])
+    readme_rows = readme[at:].split("\n\n")[0].splitlines()
+    assert readme_rows == table, "README's decode table differs from `bench_decode.py --table` of " + cited.group(1)
