@@ -13,14 +13,19 @@ from utils.cuda_tools import device_include_flags, nvcc_or_skip
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def _compile(src: str, out: str, *flags: str) -> subprocess.CompletedProcess:
+    """nvcc for sm_90a, the way the file headers tell to build them; asserts that it compiled."""
+    cmd = [nvcc_or_skip(), "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a", *flags, "-o", out, src]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res
+
+
 @pytest.mark.parametrize("name", ["wgmma_rate.cu", "wgmma_pv_ring.cu", "page_stream.cu", "pair_stream.cu",
                                   "e2_stage_stream.cu", "datapath_mix.cu", "epilogue_stores.cu"])
 def test_microbench_compiles_without_serialised_wgmma(tmp_path, name):
     src = os.path.join(ROOT, "tools", "microbench", name)
-    cmd = [nvcc_or_skip(), "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a", "-O3", *device_include_flags(ROOT),
-           "-Xptxas", "-v", "-o", str(tmp_path / "bench"), src]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-2000:]
+    res = _compile(src, str(tmp_path / "bench"), "-O3", *device_include_flags(ROOT), "-Xptxas", "-v")
     for code in ("C7519", "C7520"):
         assert code not in res.stderr, res.stderr[-2000:]
     assert " 0 bytes spill stores" in res.stderr and "bytes spill stores" in res.stderr, res.stderr[-2000:]
@@ -33,7 +38,4 @@ def test_microbench_compiles_without_serialised_wgmma(tmp_path, name):
 def test_racecheck_repro_compiles(tmp_path, flags):
     """tools/repro/racecheck_count_barrier.cu builds with its ingredient flags, so that a device call can run it."""
     src = os.path.join(ROOT, "tools", "repro", "racecheck_count_barrier.cu")
-    cmd = [nvcc_or_skip(), "-std=c++17", "-gencode", "arch=compute_90a,code=sm_90a", "-lineinfo", *flags,
-           "-o", str(tmp_path / "rc"), src]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-2000:]
+    _compile(src, str(tmp_path / "rc"), "-lineinfo", *flags)
