@@ -70,7 +70,7 @@ def test_model_rejects_an_extra_arrival():
 @pytest.mark.parametrize("kernel", ["narrow", "wide_v12", "ws"])
 def test_one_thread_producer_kernels_complete(kernel):
     # narrow/kernel.cuh: one TMA thread, 4 stages released by the block's owner, 2 query buffers, the merge's
-    # two bar.syncs over both math warpgroups at the end of every piece (empty pieces included).
+    # two mbarriers over both math warpgroups at the end of every piece (empty pieces included).
     # The wide kernel v12: the same producer with one query buffer, the P^T hand-off, stages released by both
     # warpgroups after their PV.
     # The ws kernel: the same producer; the softmax warpgroup waits for page n + 1 before handing off block n,

@@ -12,7 +12,6 @@ import pytest
 
 from utils.scripts import script_module
 
-CUTLASS_RESERVED_BARRIERS = 8  # cutlass::arch::NamedBarrier::ReservedNamedBarrierCount (CUTLASS 4.2)
 
 
 @pytest.fixture(scope="module")
@@ -90,14 +89,12 @@ def test_narrow_decode_kernel_shows_its_design(sass_by_function):
     bodies = len(qgmma) // 32
     arrives = len(re.findall(r"WARPGROUP\.ARRIVE", sass))
     assert arrives == 5 * bodies, f"{arrives} WARPGROUP.ARRIVE for {bodies} block bodies (5 each expected)"
-    # The piece merge's two barriers over both math warpgroups (narrow/config.h BAR_MERGE_PUBLISHED = 3,
-    # BAR_MERGE_READ = 4): one instruction each, shared by both warpgroups. A copy per warpgroup (the barrier
-    # inside the per-warpgroup template) was reported by compute-sanitizer synccheck as a divergent barrier.
-    # CUTLASS's NamedBarrier numbers user barriers after its 8 reserved ones (common/mbarrier.cuh), so user id k
-    # is hardware barrier k + 8.
-    for bar in (3 + CUTLASS_RESERVED_BARRIERS, 4 + CUTLASS_RESERVED_BARRIERS):
-        n = len(re.findall(rf"BAR\.SYNC\.DEFER_BLOCKING 0x{bar:x}, 0x100", sass))
-        assert n == 1, f"{n} bar.sync {bar} (256 threads) in the narrow kernel, expected one"
+    # The piece merge is ordered by two mbarriers over both math warpgroups (narrow/config.h merge_bar), not by
+    # named barriers over their 256 threads: compute-sanitizer racecheck reported hazards across those
+    # (docs/design.md, narrow kernel). Named barriers stay per warpgroup (128 threads) or CTA-wide (id 0).
+    wide_bars = re.findall(r"BAR\.SYNC\S* (\S+), 0x(?!80\b)[0-9a-f]+", sass)
+    assert not wide_bars, f"named barriers over more than one warpgroup in the narrow kernel: {wide_bars}"
+    assert len(re.findall(r"SYNCS\.ARRIVE\.TRANS64\.A1T0", sass)) >= 4, "mbarrier arrivals of the piece merge missing"
 
 
 def test_ws_decode_kernel_shows_its_design(sass_by_function):

@@ -14,9 +14,8 @@ Barriers follow mbarrier semantics: an arrival count per phase, a completed-phas
 (a wait for parity P passes when c & 1 != P), so stale-parity aliasing would show up too. What is abstracted:
 the threads of a warpgroup (or warp) move together and arrive with their thread count; compute takes no time.
 
-The narrow kernel (narrow/kernel.cuh) also meets at two named barriers (bar.sync over both math warpgroups at
-the end of each piece): NamedBarrier, with a generation count, "bar_arrive" (returns the generation it arrived in)
-and "bar_wait" (passes once that generation completed).
+The narrow kernel (narrow/kernel.cuh) also meets at two mbarriers over both math warpgroups at the end of each
+piece (merge_bar: arrive, then wait for the piece's parity).
 
 Producer policies of the wide kernel (Policy): which warps issue TMA, whether a warp polls its loader while it waits, and the
 loader's blocking bounds after transposing block n (TmaLoader: q_empty may block for blocks < need_q, kv_empty
@@ -226,14 +225,10 @@ def simulate_swapab(pieces: list[int], seed: int) -> Optional[str]:
 def _blocked(act: Action) -> bool:
     if act[0] == "wait":
         return not act[1].passed(act[2])
-    if act[0] == "bar_wait":
-        return act[1].generation <= act[2]
     return False
 
 
 def _describe(act: Action) -> str:
-    if act[0] == "bar_wait":
-        return f"{act[1].name} generation {act[2]}"
     return f"{act[1].name} parity {act[2]}"
 
 
@@ -262,16 +257,12 @@ def run_agents(agents: dict[str, Agent], seed: int, stall_limit: int = 4000, lan
         a = rng.choice(runnable)
         act = nxt[a]
         result: Optional[object] = None
-        if act[0] in ("wait", "bar_wait"):
+        if act[0] == "wait":
             result = True
         elif act[0] == "test":
             result = act[1].passed(act[2])
             stall = 0 if result else stall + 1
         elif act[0] == "arrive":
-            act[1].arrive(act[2])
-            stall = 0
-        elif act[0] == "bar_arrive":
-            result = act[1].generation
             act[1].arrive(act[2])
             stall = 0
         elif act[0] == "tma":
@@ -317,21 +308,6 @@ NARROW_STAGES = 4
 NARROW_Q_BUFS = 2
 
 
-class NamedBarrier:
-    """bar.sync over `count` threads: completes a generation when `count` arrived, then starts the next."""
-
-    def __init__(self, name: str, count: int):
-        self.name, self.count, self.arrived, self.generation = name, count, 0, 0
-
-    def arrive(self, weight: int) -> None:
-        self.arrived += weight
-        if self.arrived > self.count:
-            raise AssertionError(f"{self.name}: {self.arrived - self.count} arrivals more than a generation takes")
-        if self.arrived == self.count:
-            self.arrived = 0
-            self.generation += 1
-
-
 class NarrowCta:
     """narrow/kernel.cuh: the math warpgroups run alternate blocks and merge at every piece end."""
 
@@ -343,8 +319,9 @@ class NarrowCta:
         self.kv_empty = [b(f"kv_empty{i}", WG_THREADS) for i in range(NARROW_STAGES)]  # the block's owner
         self.q_full = [b(f"q_full{i}", 2) for i in range(NARROW_Q_BUFS)]
         self.q_empty = [b(f"q_empty{i}", 2 * WG_THREADS) for i in range(NARROW_Q_BUFS)]
-        # The piece merge (merge_store.cuh): bar.sync BAR_MERGE_PUBLISHED, then bar.sync BAR_MERGE_READ.
-        self.merge = [NamedBarrier("merge_published", 2 * WG_THREADS), NamedBarrier("merge_read", 2 * WG_THREADS)]
+        # The piece merge (merge_store.cuh): merge_bar[MERGE_PUBLISHED], then merge_bar[MERGE_READ], both math
+        # warpgroups' threads arriving on each, one phase per piece.
+        self.merge = [b("merge_published", 2 * WG_THREADS), b("merge_read", 2 * WG_THREADS)]
 
     def math(self, wg: int) -> Agent:
         block_idx = 0
@@ -365,8 +342,8 @@ class NarrowCta:
                 if j + 2 >= nb:
                     yield ("arrive", self.q_empty[qb], WG_THREADS)
             for bar in self.merge:  # publish_piece_state; published; merge_and_store; read
-                gen = yield ("bar_arrive", bar, WG_THREADS)
-                yield ("bar_wait", bar, gen)
+                yield ("arrive", bar, WG_THREADS)
+                yield ("wait", bar, piece & 1)
             for n in held:
                 yield ("arrive", self.kv_empty[n % NARROW_STAGES], WG_THREADS)
             block_idx += nb

@@ -18,8 +18,11 @@
 // predecessor before touching global memory and lets its dependent launch at once; after each merge grid a
 // combine-like grid of 128-thread CTAs with 7.5 KB of static shared memory, which fits beside a merge CTA; the
 // merge state then lives at the narrow kernel's own offsets in 216 KB of dynamic shared memory, xfer at 0x2d800).
-// The narrow kernel's racecheck reports came in a decode call whose combine grid is launched that way (H100,
-// 2026-12-07: case 1 of tools/device/sanitize_small.py, xfer stores and loads); this pattern without PDL is clean.
+// H100, 2026-12-07: clean with no flag, with each flag alone and with REPRO_PDL; 220768 reported hazards with
+// REPRO_PDL, REPRO_PIPELINE, REPRO_SETMAXNREG and REPRO_OWN_BLOCKS together (on which accesses, not recorded:
+// the merge state or the bulk-copied page). The narrow kernel has since ordered
+// its merge with mbarriers (narrow/config.h merge_bar), under which racecheck reports nothing; this file keeps the
+// bar.sync form, to narrow down which combination the tool misreads.
 #include <cstdint>
 #include <cstdio>
 

@@ -39,10 +39,12 @@ inline constexpr int N_PRODUCER_REGS = 40;
 static_assert(NUM_MATH_WG * N_MATH_REGS + N_PRODUCER_REGS <= 3 * LAUNCH_REGS, "register pool of the CTA");
 
 // Named barriers (bar.sync; 0 is __syncthreads): one per math warpgroup (its 128 threads: the column
-// reductions and the P^T hand-over to its own WGMMA), two for both (the merge at the end of a piece, merge_store.cuh).
+// reductions and the P^T hand-over to its own WGMMA).
 inline constexpr int BAR_WG0 = 1;  // + wg
-inline constexpr int BAR_MERGE_PUBLISHED = 3;  // piece end: both states and O~ halves published
-inline constexpr int BAR_MERGE_READ = 4;       // ... and read (xfer and col_state may be overwritten)
+// The merge at the end of a piece (merge_store.cuh) waits on two mbarriers over both math warpgroups
+// (NarrowStorage::merge_bar), indexed by these.
+inline constexpr int MERGE_PUBLISHED = 0;  // piece end: both states and O~ halves published
+inline constexpr int MERGE_READ = 1;       // ... and read (xfer and col_state may be overwritten)
 
 // Shared memory, 1024-B aligned members first:
 //   kv_content  131072  (4 stages x 4 tiles: 64 tokens x 128 B, Swizzle-128B)
@@ -54,7 +56,7 @@ inline constexpr int BAR_MERGE_READ = 4;       // ... and read (xfer and col_sta
 //   kv_scale      1024  (4 stages x 64 fp32)
 //   red           1024  (per warpgroup: column maxima / sums of its 4 warps, two slots)
 //   col_state      512  (per warpgroup and row: {m, inv, L~} at the piece end)
-//   barriers        96
+//   barriers       112  (kv_full / kv_empty, q_full / q_empty, merge_bar)
 struct alignas(1024) NarrowStorage {
   static constexpr int kStages = STAGES, kQBufs = Q_BUFS, kQTxBytes = Q_TX_BYTES;
   uint8_t kv_content[STAGES][CONTENT_TILES][CONTENT_TILE_BYTES];
@@ -70,6 +72,7 @@ struct alignas(1024) NarrowStorage {
   uint64_t kv_empty[STAGES];  // WG_THREADS arrivals: the block's owner after its last read of the stage
   uint64_t q_full[Q_BUFS];    // TMA bytes of the query tile, one arrival
   uint64_t q_empty[Q_BUFS];   // MATH_THREADS arrivals: each math warpgroup after its last QK of the piece
+  uint64_t merge_bar[2];      // MATH_THREADS arrivals each, one phase per piece: [MERGE_PUBLISHED], [MERGE_READ]
 };
 
 inline constexpr int N_SMEM_BYTES = static_cast<int>(sizeof(NarrowStorage)) + 1024;

@@ -43,7 +43,7 @@
 
 namespace snapmla::sm90::decode_fp8::narrow {
 
-static_assert(BAR_WG0 >= 1 && BAR_WG0 + NUM_MATH_WG - 1 <= MAX_NAMED_BARRIER_ID && BAR_MERGE_READ <= MAX_NAMED_BARRIER_ID,
+static_assert(BAR_WG0 >= 1 && BAR_WG0 + NUM_MATH_WG - 1 <= MAX_NAMED_BARRIER_ID,
               "named barrier ids (common/mbarrier.cuh)");
 
 // One block owned by this warpgroup: QK issued, V^T fragments loaded and the k scales read while it runs; the
@@ -137,14 +137,18 @@ __device__ void run_math(const KernelParams& kp, NarrowStorage& ss, const SchedR
     }
     ct.mark();
     block_idx += n_blocks;
-    // The piece merge (merge_store.cuh): each barrier is one instruction that both warpgroups execute
-    // (tests/test_sass.py checks there is one of each).
+    // The piece merge (merge_store.cuh), ordered by two mbarriers of 256 arrivals each (both math warpgroups), one
+    // phase per piece: an arrival releases this thread's stores and the completed phase acquires the peer's
+    // (CTA scope). They replaced two bar.sync over 256 threads, for which compute-sanitizer racecheck reported
+    // hazards between the publish and the peer's read (docs/design.md, narrow kernel, racecheck); same times.
     float l_sum[COLS_PER_THREAD];
     publish_piece_state(ss, wg, tid, piece, o, cs, l_sum);
-    named_barrier_sync(BAR_MERGE_PUBLISHED, MATH_THREADS);
+    mbarrier_arrive(&ss.merge_bar[MERGE_PUBLISHED]);
+    mbarrier_wait(&ss.merge_bar[MERGE_PUBLISHED], piece & 1);
     const int split = piece_split(p, row, req);
     merge_and_store(p, ss, wg, req, split, tid, piece, o, cs, l_sum);
-    named_barrier_sync(BAR_MERGE_READ, MATH_THREADS);
+    mbarrier_arrive(&ss.merge_bar[MERGE_READ]);
+    mbarrier_wait(&ss.merge_bar[MERGE_READ], piece & 1);
     ct.mark();
     ct.piece_done(n_blocks);
   }
@@ -158,6 +162,10 @@ __global__ void __launch_bounds__(NUM_THREADS, 1) snapmla_decode_fp8_narrow_kern
   extern __shared__ uint8_t smem_raw[];
   NarrowStorage& ss = aligned_storage<NarrowStorage>(smem_raw);
 
+  if (threadIdx.x == 0) {
+    mbarrier_init(&ss.merge_bar[MERGE_PUBLISHED], MATH_THREADS);  // fenced by init_pipeline
+    mbarrier_init(&ss.merge_bar[MERGE_READ], MATH_THREADS);
+  }
   init_pipeline(kp, ss, WG_THREADS);  // kv_empty: the block owner
   __syncthreads();
 

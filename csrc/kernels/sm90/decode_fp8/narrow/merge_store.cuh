@@ -10,12 +10,13 @@
 //   split request:             o_accum[num_splits[r] + split] (fp32) = o and lse_accum = lse2 (-inf when empty).
 // Warpgroup wg keeps m-tiles 4wg .. 4wg + 3 and hands the other four to its peer through xfer (16 KB each way,
 // thread i's fragment to thread i: the same rows and dims in both warpgroups, so float4 stores and loads with
-// no permutation). Two steps, with barriers over both warpgroups between them (narrow/kernel.cuh, run_math):
-//   publish_piece_state;  bar.sync BAR_MERGE_PUBLISHED;  merge_and_store;  bar.sync BAR_MERGE_READ
-// (the second keeps the next piece's publish from overwriting xfer and col_state before they are read). The
-// barriers sit in the caller, one instruction each for both warpgroups: inside the former per-warpgroup templates
-// each warpgroup had its own copy, which compute-sanitizer synccheck reported as divergent barriers, and racecheck once
-// reported a hazard between a col_state write and the peer's read (H200, 2026-11-29).
+// no permutation). Two steps, ordered by two mbarriers of 256 arrivals over both warpgroups (narrow/kernel.cuh,
+// run_math; NarrowStorage::merge_bar, one phase per piece):
+//   publish_piece_state;  arrive + wait merge_bar[MERGE_PUBLISHED];  merge_and_store;  arrive + wait [MERGE_READ]
+// (the second keeps the next piece's publish from overwriting xfer and col_state before they are read). Two
+// bar.sync over 256 threads did the same until racecheck reported hazards between the publish and the peer's
+// read across them in some runs (docs/design.md, narrow kernel, racecheck); the mbarrier form is clean under it
+// at the same times.
 // Debug build -DSNAPMLA_DEBUG_MERGE_TAG (docs/design.md, narrow kernel, racecheck): col_state's unused .w carries
 // the CTA's running piece number, the peer traps if it reads another piece's state, and thread 0 sleeps 2 us before
 // its store to widen any window. A real ordering problem then fails the GPU tests loudly.
@@ -75,7 +76,7 @@ __device__ __forceinline__ void publish_piece_state(NarrowStorage& ss, int wg, i
   }
 }
 
-// Step 2 (after BAR_MERGE_PUBLISHED): the merge of the peer's state into the kept m-tiles, and the store.
+// Step 2 (after merge_bar[MERGE_PUBLISHED]): the merge of the peer's state into the kept m-tiles, and the store.
 __device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowStorage& ss, int wg, int req, int split,
                                                 int tid, int piece, const float (&o)[M_TILES][ACC],
                                                 const ColState (&cs)[COLS_PER_THREAD],
