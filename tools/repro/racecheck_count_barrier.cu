@@ -18,11 +18,14 @@
 // predecessor before touching global memory and lets its dependent launch at once; after each merge grid a
 // combine-like grid of 128-thread CTAs with 7.5 KB of static shared memory, which fits beside a merge CTA; the
 // merge state then lives at the narrow kernel's own offsets in 216 KB of dynamic shared memory, xfer at 0x2d800).
+// REPRO_MERGE_MBARRIER orders the merge as the narrow kernel now does: two mbarriers of 256 arrivals (arrive, then
+// wait for the piece's parity) in place of bar.sync 3 and 4.
 // H100, 2026-12-07: clean with no flag, with each flag alone and with REPRO_PDL; 220768 reported hazards with
-// REPRO_PDL, REPRO_PIPELINE, REPRO_SETMAXNREG and REPRO_OWN_BLOCKS together (on which accesses, not recorded:
-// the merge state or the bulk-copied page). The narrow kernel has since ordered
-// its merge with mbarriers (narrow/config.h merge_bar), under which racecheck reports nothing; this file keeps the
-// bar.sync form, to narrow down which combination the tool misreads.
+// REPRO_PDL, REPRO_PIPELINE, REPRO_SETMAXNREG and REPRO_OWN_BLOCKS together (on which accesses, the merge state or
+// the bulk-copied page, was not recorded). The narrow kernel has since ordered its merge with mbarriers
+// (narrow/config.h merge_bar), under which racecheck reports nothing on it. Here the bar.sync form stays the
+// default, to narrow down which combination the tool misreads; REPRO_MERGE_MBARRIER gives the kernel's form under
+// the same combination.
 #include <cstdint>
 #include <cstdio>
 
@@ -33,6 +36,7 @@ __device__ __forceinline__ void bar_sync(int id, int count) {
 struct Smem {
   float4 page[2][256];   // REPRO_PIPELINE: two stages written by cp.async.bulk (4 KB each)
   unsigned long long full[2], empty[2];
+  unsigned long long merge_bar[2];  // REPRO_MERGE_MBARRIER: published, read (256 arrivals, one phase per piece)
   float red[2][4][16];   // per math warpgroup, per warp: column partials
   float4 state[2][16];   // per math warpgroup, per column: {m, inv, l, 0}
   float4 xfer[2][128];   // per math warpgroup, per thread
@@ -118,11 +122,12 @@ __global__ void __launch_bounds__(384, 1) merge_pattern(int pieces, const float4
   __shared__ __align__(128) Smem ss;
 #endif
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
-#ifdef REPRO_PIPELINE
+#if defined(REPRO_PIPELINE) || defined(REPRO_MERGE_MBARRIER)
   if (threadIdx.x == 0) {
     for (int i = 0; i < 2; ++i) {
       mbar_init(&ss.full[i], 1);
       mbar_init(&ss.empty[i], 256);
+      mbar_init(&ss.merge_bar[i], 256);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -186,9 +191,17 @@ __global__ void __launch_bounds__(384, 1) merge_pattern(int pieces, const float4
       publish<0>(ss, tid, v, sum, piece);
     else
       publish<1>(ss, tid, v, sum, piece);
+#ifdef REPRO_MERGE_MBARRIER
+    mbar_arrive(&ss.merge_bar[0]);
+    mbar_wait(&ss.merge_bar[0], piece & 1);
+    acc += sum + (wg == 0 ? merge<0>(ss, tid) : merge<1>(ss, tid));
+    mbar_arrive(&ss.merge_bar[1]);
+    mbar_wait(&ss.merge_bar[1], piece & 1);
+#else
     bar_sync(3, 256);
     acc += sum + (wg == 0 ? merge<0>(ss, tid) : merge<1>(ss, tid));
     bar_sync(4, 256);
+#endif
   }
   out[threadIdx.x] = acc;
 }

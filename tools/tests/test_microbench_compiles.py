@@ -34,7 +34,9 @@ def test_microbench_compiles_without_serialised_wgmma(tmp_path, name):
 
 
 @pytest.mark.parametrize("flags", [[], ["-DREPRO_PDL", "-DREPRO_PIPELINE", "-DREPRO_SETMAXNREG", "-DREPRO_OWN_BLOCKS"],
-                                   ["-DREPRO_GENERIC", "-DREPRO_PIPELINE"]])
+                                   ["-DREPRO_PDL", "-DREPRO_PIPELINE", "-DREPRO_SETMAXNREG", "-DREPRO_OWN_BLOCKS",
+                                    "-DREPRO_MERGE_MBARRIER"],
+                                   ["-DREPRO_GENERIC", "-DREPRO_PIPELINE"], ["-DREPRO_MERGE_MBARRIER"]])
 def test_racecheck_repro_compiles(tmp_path, flags):
     """tools/repro/racecheck_count_barrier.cu builds with its ingredient flags, so that a device call can run it."""
     src = os.path.join(ROOT, "tools", "repro", "racecheck_count_barrier.cu")
