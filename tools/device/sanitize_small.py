@@ -44,6 +44,11 @@ CASES = [  # (b, s_q, h_q, seqlens, causal, num_sm_parts, forced decode kernel)
     # The wide kernel where auto now takes the ws one (q_rows >= 64): causal MTP with splits, 2 m-tiles.
     (2, 2, 64, [65, 200], True, 8, "wide"),
     (1, 1, 128, [257], False, 3, "wide"),
+    # Cases 8 and 9 at a size racecheck finishes (they take minutes under it): 11 pieces in each of 2 CTAs, so the
+    # narrow kernel's merge mbarriers and both kernels' query buffers turn through several phases; request 10
+    # (900 tokens) is split between the two parts.
+    (21, 1, 16, [1, 0, 65, 7, 64] * 2 + [900] + [1, 0, 65, 7, 64] * 2, False, 2, "narrow"),
+    (21, 1, 64, [1, 0, 65, 7, 64] * 2 + [900] + [1, 0, 65, 7, 64] * 2, False, 2, "auto"),
 ]
 
 
