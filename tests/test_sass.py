@@ -13,7 +13,6 @@ import pytest
 from utils.scripts import script_module
 
 
-
 @pytest.fixture(scope="module")
 def sizes():
     with script_module("sass_sizes", "tools/profile") as mod:
