@@ -7,6 +7,7 @@
 # nvidia-cutlass wheel in .whl/ (carried; see README).
 #   env: SNAPMLA_TESTS="<test files>" (default: every GPU test file, then the CPU suite),  SNAPMLA_SKIP_TESTS=1,
 #        SNAPMLA_TEST_TIMEOUT=420 (seconds per test file), SNAPMLA_TEST_HANG_S=240 (stack dump of a hung test),
+#        SNAPMLA_TEST_JOBS=1 (test files run side by side on the one GPU; each line of tests.log names its file),
 #        SNAPMLA_SANITIZE=1 (compute-sanitizer on tools/device/sanitize_small.py; SNAPMLA_SANITIZE_TOOLS="memcheck
 #        racecheck synccheck", SNAPMLA_RACECHECK_ARGS="--racecheck-report hazard", SNAPMLA_SANITIZE_CASES="4"),
 #        SNAPMLA_NCU="16 128" (ncu of one decode launch per head count),
@@ -26,23 +27,50 @@ MAX_JOBS=${MAX_JOBS:-16} NVCC_THREADS=${NVCC_THREADS:-4} SNAPMLA_PTXAS_VERBOSE=1
 echo "build: $(( $(date +%s) - t0 )) s"
 grep -E "registers|bytes stack frame" "$OUT/build.log" | sort | uniq -c | sort -rn | head -20
 
+# One GPU test file in its own pytest process, so a crash in one cannot hide the others: verbose and straight
+# into tests.log, each line prefixed with the file's name (files may run side by side), so a run cut short by the
+# device's time limit still shows which test was running; a test that hangs gets its Python stack dumped
+# (faulthandler_timeout) and the file is killed after SNAPMLA_TEST_TIMEOUT seconds (rc 124), so the other files
+# still run. Prints the file's summary and leaves its exit status in $TEST_LOGS/<name>.rc.
+TEST_LOGS=$(mktemp -d)
+run_test_file() {
+  local f=$1 name t1
+  name=$(basename "$f" .py)
+  t1=$(date +%s)
+  timeout "${SNAPMLA_TEST_TIMEOUT:-420}" python3 -X faulthandler -m pytest -v -p no:cacheprovider -rfE \
+    -o faulthandler_timeout="${SNAPMLA_TEST_HANG_S:-240}" "$f" 2>&1 \
+    | tee "$TEST_LOGS/$name.log" | sed -u "s|^|$name: |" >> "$OUT/tests.log"
+  local frc=${PIPESTATUS[0]}
+  echo "$frc" > "$TEST_LOGS/$name.rc"
+  local summary
+  summary=$(grep -E "passed|failed|error|skipped" "$TEST_LOGS/$name.log" | tail -1)
+  echo "$f: rc=$frc $summary [$(( $(date +%s) - t1 )) s]"
+}
+
 rc=0
 if [ "${SNAPMLA_SKIP_TESTS:-0}" != "1" ]; then
   # The fuzz sweep (~7 min for 500 configurations) runs only when named: SNAPMLA_TESTS=tests/test_fuzz_gpu.py.
   files=${SNAPMLA_TESTS:-$(grep -l "pytest.mark.gpu\|pytestmark = pytest.mark.gpu" tests/test_*.py | grep -v test_fuzz_gpu)}
+  # Side by side, the files share the GPU and the host's cores: torch's CPU threads are divided among them.
+  test_jobs=${SNAPMLA_TEST_JOBS:-1}
+  [ "$test_jobs" -gt 1 ] && export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( ($(nproc) + test_jobs - 1) / test_jobs ))}
+  # The files' own pids, not `jobs` or a bare `wait`: those also count and wait for the tee behind run.log.
+  pids=()
   for f in $files; do
-    t1=$(date +%s)
-    echo "=== $f" >> "$OUT/tests.log"
-    # Verbose and straight into tests.log, so a run cut short by the device's time limit still shows which test
-    # was running; a test that hangs gets its Python stack dumped (faulthandler_timeout) and the file is killed
-    # after SNAPMLA_TEST_TIMEOUT seconds (rc 124), so the files after it still run.
-    timeout "${SNAPMLA_TEST_TIMEOUT:-420}" python3 -X faulthandler -m pytest -v -p no:cacheprovider -rfE \
-      -o faulthandler_timeout="${SNAPMLA_TEST_HANG_S:-240}" "$f" > /tmp/one_test.log 2>&1 &
-    tail --pid=$! -n +1 -f /tmp/one_test.log >> "$OUT/tests.log"
-    wait $!
-    frc=$?
-    [ $frc -ne 0 ] && rc=$frc
-    echo "$f: rc=$frc $(grep -E "passed|failed|error" /tmp/one_test.log | tail -1) [$(( $(date +%s) - t1 )) s]"
+    while :; do
+      running=0
+      for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && running=$(( running + 1 )); done
+      [ "$running" -lt "$test_jobs" ] && break
+      sleep 1
+    done
+    run_test_file "$f" &
+    pids+=($!)
+  done
+  [ ${#pids[@]} -gt 0 ] && wait "${pids[@]}"
+  for r in "$TEST_LOGS"/*.rc; do
+    [ -e "$r" ] || continue
+    frc=$(cat "$r")
+    [ "$frc" -ne 0 ] && rc=$frc
   done
   if [ -z "${SNAPMLA_TESTS:-}" ]; then
     echo "=== CPU suite" >> "$OUT/tests.log"
