@@ -8,9 +8,9 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
+from utils.scripts import device_script_sandbox
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -40,25 +40,10 @@ exec "$REAL_PYTHON" "$@"
 def sandbox(tmp_path):
     if shutil.which("bash") is None or shutil.which("tar") is None:
         pytest.skip("needs bash and tar")
-    repo = tmp_path / "repo"
-    (repo / "scripts").mkdir(parents=True)
-    (repo / "tools" / "device").mkdir(parents=True)
-    for f in ("bench_variants.sh", "device_env.sh"):
-        shutil.copy(os.path.join(ROOT, "tools", "device", f), repo / "tools" / "device" / f)
-    shutil.copy(os.path.join(ROOT, "scripts", "host_compiler.sh"), repo / "scripts" / "host_compiler.sh")
+    repo, env, log, out = device_script_sandbox(tmp_path, ("bench_variants.sh",), STUB)
     (repo / "csrc").mkdir()
     (repo / "csrc" / "kernel.cu").write_text("// stub\n")
-    stub_dir = tmp_path / "bin"
-    stub_dir.mkdir()
-    stub = stub_dir / "python3"
-    stub.write_text(STUB)
-    stub.chmod(0o755)
-    log = tmp_path / "log"
-    log.mkdir()
-    out = tmp_path / "out"
-    out.mkdir()
-    env = dict(os.environ, PATH=f"{stub_dir}{os.pathsep}{os.environ['PATH']}", REAL_PYTHON=sys.executable,
-               STUB_LOG=str(log), OUT=str(out), SNAPMLA_VARIANT_ROUNDS="3", SNAPMLA_VARIANT_DIR=str(tmp_path / "v"))
+    env.update(SNAPMLA_VARIANT_ROUNDS="3", SNAPMLA_VARIANT_DIR=str(tmp_path / "v"))
     env.pop("SNAPMLA_FORCE_SPLIT", None)
     return repo, env, log, out
 

@@ -4,14 +4,12 @@ time), test_broken fails. Checks that SNAPMLA_TEST_JOBS runs files side by side,
 default, that a failed file sets the exit status and its summary line, that tests.log names each line's file, and
 that the script ends (a bare `wait` there would also wait for the tee behind run.log and never return)."""
 
-import os
 import shutil
 import subprocess
-import sys
 
 import pytest
+from utils.scripts import device_script_sandbox
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 STUB = r"""#!/usr/bin/env bash
 # Stand-in for python3 inside tools/device/gpu_check.sh (tools/tests/test_gpu_check.py).
@@ -42,24 +40,7 @@ exec "$REAL_PYTHON" "$@"
 def sandbox(tmp_path):
     if shutil.which("bash") is None:
         pytest.skip("needs bash")
-    repo = tmp_path / "repo"
-    (repo / "scripts").mkdir(parents=True)
-    (repo / "tools" / "device").mkdir(parents=True)
-    (repo / "tests").mkdir()
-    for f in ("gpu_check.sh", "device_env.sh"):
-        shutil.copy(os.path.join(ROOT, "tools", "device", f), repo / "tools" / "device" / f)
-    shutil.copy(os.path.join(ROOT, "scripts", "host_compiler.sh"), repo / "scripts" / "host_compiler.sh")
-    stub_dir = tmp_path / "bin"
-    stub_dir.mkdir()
-    stub = stub_dir / "python3"
-    stub.write_text(STUB)
-    stub.chmod(0o755)
-    log = tmp_path / "log"
-    log.mkdir()
-    out = tmp_path / "out"
-    out.mkdir()
-    env = dict(os.environ, PATH=f"{stub_dir}{os.pathsep}{os.environ['PATH']}", REAL_PYTHON=sys.executable,
-               STUB_LOG=str(log), OUT=str(out))
+    repo, env, _, out = device_script_sandbox(tmp_path, ("gpu_check.sh",), STUB)
     for k in ("SNAPMLA_TEST_JOBS", "SNAPMLA_SKIP_TESTS", "SNAPMLA_NCU", "SNAPMLA_BENCH", "SNAPMLA_SANITIZE"):
         env.pop(k, None)
     return repo, env, out
