@@ -8,6 +8,8 @@ A request with one or two tokens has almost no P error, so the cases below avoid
 the whole batch would let them dominate.
 """
 
+import re
+
 import pytest
 import torch
 
@@ -365,10 +367,28 @@ def test_decode_all_sequences_empty():
 def test_decode_split_invariance(splits):
     p = make_paged_inputs(3, 2, 8, [200, 1, 333], seed=17)
     o, lse = decode(p.q, p.cache, p.block_table, p.cache_seqlens, causal=True)
-    o_s, lse_s = decode(p.q, p.cache, p.block_table, p.cache_seqlens, causal=True, split_blocks=splits)
+    o_s, lse_s = decode(p.q, p.cache, p.block_table, p.cache_seqlens, causal=True, split_blocks=splits,
+                        partials="fp32")
     # Splitting moves m and sigma but not the ratios p'_j / sigma_n: only fp32 rounding differs (measured 6e-6).
     assert_close_report(o_s, o, name="o", rel_l2_tol=1e-4, cos_tol=1e-8)
     assert_close_report(lse_s, lse, name="lse", atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [17, 18])
+def test_decode_bf16_partials_cost_one_rounding(seed):
+    # The kernels' o_accum holds each piece's output in bf16: a split request's o is rounded once more; lse is not
+    # rounded. Both results are rounded to bf16 at the end, so they differ by whole bf16 ulps (2^-8 to 2^-7 of the
+    # value) where the partials' rounding carried o across a rounding boundary: rel L2 measured 2.7e-3.
+    p = make_paged_inputs(2, 2, 16, [700, 333], seed=seed)
+    splits = [[0, 3, 6, 11], [0, 2, 6]]
+    o_32, lse_32 = decode(p.q, p.cache, p.block_table, p.cache_seqlens, split_blocks=splits, partials="fp32")
+    o_16, lse_16 = decode(p.q, p.cache, p.block_table, p.cache_seqlens, split_blocks=splits)
+    assert rel_l2(o_16, o_32) > 1e-4  # the rounding happens
+    assert_close_report(o_16, o_32, name="o", rel_l2_tol=5e-3, cos_tol=2e-5)
+    assert_bitwise_equal(lse_16, lse_32, name="lse")
+    o_1, _ = decode(p.q, p.cache, p.block_table, p.cache_seqlens, split_blocks=[[0, 11], [0, 6]])
+    o_1f, _ = decode(p.q, p.cache, p.block_table, p.cache_seqlens, split_blocks=[[0, 11], [0, 6]], partials="fp32")
+    assert_bitwise_equal(o_1, o_1f, name="o of one-piece requests")  # written straight to out, rounded once
 
 
 def test_p_pages_2_equals_p_pages_1_on_one_page_requests():
@@ -396,7 +416,8 @@ def test_p_pages_2_split_at_even_pages_is_invariant(splits):
     # Pieces that start at even pages see the same page pairs as the whole request: only fp32 rounding differs.
     p = make_paged_inputs(3, 2, 8, [200, 65, 333], seed=17)
     o, lse = decode(p.q, p.cache, p.block_table, p.cache_seqlens, causal=True, p_pages=2)
-    o_s, lse_s = decode(p.q, p.cache, p.block_table, p.cache_seqlens, causal=True, split_blocks=splits, p_pages=2)
+    o_s, lse_s = decode(p.q, p.cache, p.block_table, p.cache_seqlens, causal=True, split_blocks=splits, p_pages=2,
+                        partials="fp32")
     assert_close_report(o_s, o, name="o", rel_l2_tol=1e-4, cos_tol=1e-8)
     assert_close_report(lse_s, lse, name="lse", atol=1e-5)
 
@@ -411,6 +432,14 @@ def test_p_pages_2_pairs_start_at_each_piece():
     o_1, lse_1 = decode(p.q, p.cache, p.block_table, p.cache_seqlens, split_blocks=split)
     assert rel_l2(o_2, o_1) > 1e-4
     assert_close_report(lse_2, lse_1, name="lse", atol=1e-5)  # the P scales cancel in lse
+
+
+@pytest.mark.parametrize("bad", ["fp16", None, 1])
+def test_decode_rejects_partials(bad):
+    p = make_paged_inputs(1, 1, 2, [10], seed=0)
+    with pytest.raises(ValueError, match=rf"partials must be 'bf16' or 'fp32' \(a split piece's output before the "
+                                         rf"merge\), got {re.escape(repr(bad))}"):
+        decode(p.q, p.cache, p.block_table, p.cache_seqlens, partials=bad)
 
 
 @pytest.mark.parametrize("bad", [0, 3, 1.0, True])

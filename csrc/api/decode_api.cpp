@@ -223,9 +223,11 @@ std::tuple<at::Tensor, at::Tensor> decode_impl(const at::Tensor& q_content, cons
   checks::check_fits_int32(max_total_splits, "b + num_sm_parts");
 
   const auto f32 = q_content.options().dtype(at::kFloat);
-  at::Tensor out = at::empty({b, s_q, h_q, L::D_CONTENT}, q_content.options().dtype(at::kBFloat16));
+  const auto bf16 = q_content.options().dtype(at::kBFloat16);
+  at::Tensor out = at::empty({b, s_q, h_q, L::D_CONTENT}, bf16);
   at::Tensor lse = at::empty({b, h_q, s_q}, f32);
-  at::Tensor o_accum = at::empty({max_total_splits, q_rows, L::D_CONTENT}, f32);
+  // bf16: half the bytes that split pieces write and the combine reads back (docs/numerics_contract.md section 4).
+  at::Tensor o_accum = at::empty({max_total_splits, q_rows, L::D_CONTENT}, bf16);
   at::Tensor lse_accum = at::empty({max_total_splits, q_rows}, f32);
   if (checks::env_flag("SNAPMLA_DEBUG_CHECKS")) {
     debug_check_values(cache_seqlens, block_table, num_splits, block_table_entries, num_blocks, max_total_splits);
@@ -268,7 +270,7 @@ std::tuple<at::Tensor, at::Tensor> decode_impl(const at::Tensor& q_content, cons
       .tile_scheduler_metadata = tile_scheduler_metadata.data_ptr<int>(),
       .num_splits = num_splits.data_ptr<int>(),
       .num_sm_parts = static_cast<int>(num_sm_parts),
-      .o_accum = o_accum.data_ptr<float>(),
+      .o_accum = reinterpret_cast<__nv_bfloat16*>(o_accum.data_ptr()),
       .lse_accum = lse_accum.data_ptr<float>(),
       .max_total_splits = static_cast<int>(max_total_splits),
   };

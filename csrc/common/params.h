@@ -48,7 +48,7 @@ struct DecodeParams {
   const int* tile_scheduler_metadata;  // (num_sm_parts, SCHED_META_INTS) int32
   const int* num_splits;               // (b + 1,) int32: exclusive prefix sum of splits per request
   int num_sm_parts;                    // CTAs along the KV dimension of the grid
-  float* o_accum;                      // (total_splits, q_rows, 512) fp32, each piece's normalised O~ / L~ (see combine)
+  __nv_bfloat16* o_accum;              // (total_splits, q_rows, 512) bf16, each piece's normalised O~ / L~ (combine)
   float* lse_accum;                    // (total_splits, q_rows) fp32, log2-domain partial lse, -inf when empty
   int max_total_splits;                // capacity of o_accum / lse_accum along their first dim
 };

@@ -1,7 +1,8 @@
 """decode: the exact emulation of flash_mla_with_kvcache over the SnapMLA paged cache (docs/numerics_contract.md section 4).
 
 Gathers each request's tokens through its block table, runs decode_dense per request (or per split piece, then
-the log-sum-exp combine), and rounds o to bf16 once at the end. Query rows are folded as row = s * h_q + h.
+the log-sum-exp combine of the pieces' bf16-rounded outputs), and rounds o to bf16 at the end. Query rows are
+folded as row = s * h_q + h.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def decode(
     split_blocks: Optional[Sequence[Sequence[int]]] = None,
     pv_accumulation: str = "fp32",
     p_pages: int = 1,
+    partials: str = "bf16",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """What the SnapMLA decode kernel computes, in pure PyTorch.
 
@@ -80,6 +82,9 @@ def decode(
     pv_accumulation: "fp32" or "fp8_wgmma" (the tensor cores' PV accumulation; slow), see decode_dense.
     p_pages:       pages per P-quantization block: 1 is what the kernels compute; 2 is the 128-token P block of the
                    page-pair designs (docs/design.md section 4), counted from each piece's first page.
+    partials:      "bf16": a request of more than one piece has each piece's output rounded to bf16 before the
+                   merge, as the kernels' o_accum holds it; "fp32": not rounded (a split then changes only fp32
+                   rounding).
     Returns out (b, s_q, h_q, 512) bf16 and lse (b, h_q, s_q) fp32 (natural log; +inf for a row seeing no token).
     """
     data = as_cache_tensor(k_cache)
@@ -98,6 +103,10 @@ def decode(
     if not isinstance(p_pages, int) or isinstance(p_pages, bool) or p_pages not in (1, 2):
         raise ValueError(f"p_pages must be 1 or 2 (pages per P block), got {p_pages!r}")
     p_block = p_pages * L.PAGE_BLOCK_SIZE
+    if partials not in ("bf16", "fp32"):
+        raise ValueError(
+            f"partials must be 'bf16' or 'fp32' (a split piece's output before the merge), got {partials!r}"
+        )
 
     slots = paged_slots(data, block_table, cache_seqlens, "cache_seqlens")
     c8, rope, scale = read_slots(data, slots)
@@ -137,7 +146,10 @@ def decode(
                         pv_accumulation=pv_accumulation,
                     )
                 )
-            o[i], lse[i] = combine_splits(torch.stack([p[0][0] for p in parts]), torch.stack([p[1][0] for p in parts]))
+            o_parts = torch.stack([p[0][0] for p in parts])
+            if len(parts) > 1 and partials == "bf16":  # the kernels' o_accum
+                o_parts = o_parts.to(torch.bfloat16).float()
+            o[i], lse[i] = combine_splits(o_parts, torch.stack([p[1][0] for p in parts]))
 
     out = o.reshape(b, s_q, h_q, L.D_CONTENT).to(torch.bfloat16)
     return out, lse.reshape(b, s_q, h_q).transpose(1, 2).contiguous()

@@ -3,7 +3,7 @@
 // For one query row of request r with pieces i = 0 .. n-1 (n = num_splits[r + 1] - num_splits[r] > 1):
 //   lse2_i = lse_accum[num_splits[r] + i][row]  (log2 domain, -inf for an empty piece)
 //   m = max_i lse2_i;  S = sum_i exp2(lse2_i - m);  lse2 = m + log2(S)
-//   o = sum_i (exp2(lse2_i - m) / S) * o_i      (o_i is already the piece's own normalised output)
+//   o = sum_i (exp2(lse2_i - m) / S) * o_i      (o_i is the piece's own normalised output, bf16 in o_accum)
 // The weights are normalised by S, not taken as exp2(lse2_i - lse2): at logits of ~1e18 (the input range's
 // far end, docs/numerics_contract.md section 2) m + log2(S) rounds back to m in fp32, and weights of 1 for each
 // of k equal pieces gave |o| = k |v|.
@@ -66,7 +66,7 @@ struct Layout {
   // raised to 72-80).
   static constexpr int MIN_CTAS =
       GROUP == COMBINE_ROW_CTA_GROUP && THREADS == COMBINE_MAX_THREADS ? COMBINE_ROW_CTA_MIN_CTAS : 0;
-  static_assert(COL_SPLIT * WARPS_PER_SET * 128 * VEC == D_V, "whole float4 columns");
+  static_assert(COL_SPLIT * WARPS_PER_SET * 128 * VEC == D_V, "whole quads of columns");
   static_assert(combine_group_fits_chunks(GROUP), "a load group lies inside one 32-piece chunk of weights");
   static_assert(SETS == 1 || ROWS_PER_CTA == 1, "sets only with one row per CTA (a CTA-uniform row and piece count)");
   static_assert(ROWS_PER_CTA == 1 || COL_SPLIT == 1, "a row's columns split over CTAs only with one row per CTA");
@@ -75,24 +75,31 @@ using ManyRows = Layout<1, 1, 4, 4, COMBINE_MANY_ROWS_GROUP>;
 template <int WARPS_PER_SET, int SETS, int GROUP>
 using FewRows = Layout<WARPS_PER_SET, SETS, 1, 1, GROUP>;
 
+// A quad: four bf16 of o_accum (one 8-B load) as floats.
+__device__ __forceinline__ float4 load_quad(const __nv_bfloat16* at) {
+  const uint2 u = *reinterpret_cast<const uint2*>(at);
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
 // The o loads of pieces j0 .. j0 + GROUP - 1 that exist (j < n; zeros past n). An empty piece's row is loaded
 // too: it is allocated, and its value is never used (the FMAs skip it by the live mask).
 template <class Lt>
-__device__ __forceinline__ void load_group(float4 (&v)[Lt::GROUP][Lt::VEC], const float* g_o, int64_t piece_stride,
-                                           int j0, int n) {
+__device__ __forceinline__ void load_group(float4 (&v)[Lt::GROUP][Lt::VEC], const __nv_bfloat16* g_o,
+                                           int64_t piece_stride, int j0, int n) {
 #pragma unroll
   for (int u = 0; u < Lt::GROUP; ++u) {
 #pragma unroll
     for (int k = 0; k < Lt::VEC; ++k)
-      v[u][k] = j0 + u < n ? *reinterpret_cast<const float4*>(g_o + (j0 + u) * piece_stride + 128 * k)
-                           : make_float4(0.f, 0.f, 0.f, 0.f);
+      v[u][k] = j0 + u < n ? load_quad(g_o + (j0 + u) * piece_stride + 128 * k) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
 }
 
 template <class Lt>
 __global__ void __launch_bounds__(Lt::THREADS, Lt::MIN_CTAS)
     snapmla_combine_kernel(const int* __restrict__ num_splits,   // (b + 1,)
-                           const float* __restrict__ o_accum,    // (total_splits, q_rows, 512)
+                           const __nv_bfloat16* __restrict__ o_accum,  // (total_splits, q_rows, 512)
                            const float* __restrict__ lse_accum,  // (total_splits, q_rows)
                            __nv_bfloat16* __restrict__ out,      // (b, s_q, h_q, 512), row = s * h_q + h
                            float* __restrict__ lse,              // (b, h_q, s_q)
@@ -113,7 +120,7 @@ __global__ void __launch_bounds__(Lt::THREADS, Lt::MIN_CTAS)
   if (n <= 1 || row >= q_rows) return;  // n <= 1: written by the decode kernel
   const int col = slice * (D_V / Lt::COL_SPLIT) + 128 * VEC * (warp % Lt::WARPS_PER_SET) + 4 * lane;
 
-  const float* g_o = o_accum + (static_cast<int64_t>(split_begin) * q_rows + row) * D_V + col;
+  const __nv_bfloat16* g_o = o_accum + (static_cast<int64_t>(split_begin) * q_rows + row) * D_V + col;
   const int64_t piece_stride = static_cast<int64_t>(q_rows) * D_V;
   float4 v[GROUP][VEC];
   // The set's first group, in flight while the lse values are read and the weights computed.
@@ -121,7 +128,7 @@ __global__ void __launch_bounds__(Lt::THREADS, Lt::MIN_CTAS)
   load_group<Lt>(v, g_o, piece_stride, combine_group_first_piece(g_first, GROUP), n);
 
   // Every warp reads all of the row's lse values and computes the weights for itself: 4 B per piece and lane
-  // against the 512 B of o it loads per piece, cheaper than a shared-memory round trip and a barrier.
+  // against the 256 B of o it loads per piece, cheaper than a shared-memory round trip and a barrier.
   const float* g_lse = lse_accum + static_cast<int64_t>(split_begin) * q_rows + row;  // stride q_rows per piece
   auto lse_of = [&](int i) { return g_lse[static_cast<int64_t>(i) * q_rows]; };
   float m = -INFINITY;

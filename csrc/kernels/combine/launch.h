@@ -15,7 +15,7 @@ namespace snapmla::combine {
 // The work split is choose_combine_layout's (layout.h). Grid (row CTAs, b): the host checks that b fits the
 // grid's y dimension.
 // Reads from params: b, s_q, h_q, q_rows, num_sm_parts, num_splits, o_accum, lse_accum, out, lse.
-//   o_accum   (total_splits, q_rows, 512) fp32: each piece's own normalised output O~/L~ (NaN-free when its
+//   o_accum   (total_splits, q_rows, 512) bf16: each piece's own normalised output O~/L~ (NaN-free when its
 //             lse is finite; not used when its lse is -inf)
 //   lse_accum (total_splits, q_rows) fp32: log2(sum over the piece's tokens of exp(logit)), -inf for a piece
 //             that saw no token

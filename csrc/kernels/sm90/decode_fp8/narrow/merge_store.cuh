@@ -7,7 +7,7 @@
 //   kernel's m + log2(L~ / inv)).
 //   one piece in the request:  out (bf16) = o and lse = ln 2 * lse2; a row with no visible token gets o = 0 and
 //                              lse = +inf.
-//   split request:             o_accum[num_splits[r] + split] (fp32) = o and lse_accum = lse2 (-inf when empty).
+//   split request:             o_accum[num_splits[r] + split] (bf16) = o and lse_accum = lse2 (-inf when empty).
 // Warpgroup wg keeps m-tiles 4wg .. 4wg + 3 and hands the other four to its peer through xfer (16 KB each way,
 // thread i's fragment to thread i: the same rows and dims in both warpgroups, so float4 stores and loads with
 // no permutation). Two steps, ordered by two mbarriers of 256 arrivals over both warpgroups (narrow/kernel.cuh,
@@ -107,7 +107,7 @@ __device__ __forceinline__ void merge_and_store(const DecodeParams& p, NarrowSto
   const PieceOut po = piece_out(p, req, split);
   // Accumulator index 4i + 2rr + e: query row 8i + 2t + e, dim 64 mt + 16 warp + 2r + rr (pv.cuh).
   const int dim0 = 64 * keep + 16 * warp + 2 * r;  // + 64 m
-  char* at[2][2];  // row 8i + 2t + e's address, or null for a row past q_rows
+  __nv_bfloat16* at[2][2];  // row 8i + 2t + e's address, or null for a row past q_rows
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
 #pragma unroll

@@ -3,13 +3,12 @@
 // (t = lane % 4, i = 0..7, e = 0, 1) (mainloop.cuh pv_block).
 //   one piece in the request:  out (bf16) = O~ / L~ and lse = ln 2 * (m + log2(L~ / inv)) (natural log);
 //                              a row with no visible token gets o = 0 and lse = +inf.
-//   split request:             o_accum[num_splits[r] + split] (fp32) = O~ / L~ and
+//   split request:             o_accum[num_splits[r] + split] (bf16) = O~ / L~ and
 //                              lse_accum = m + log2(L~ / inv) (log2 domain), -inf for a row that saw nothing.
 // The softmax state lives in row layout (each thread its rows row0, row0 + 8); O^T needs it by columns, so the
 // quad leads write it to row_state and the warpgroup reads it back by columns between two named barriers (the
 // second keeps the next piece's epilogue from overwriting it early). Tile rows that are padding (launch.h
-// rows_per_warp) are not stored. Per (m-tile, row) the 8 lanes of a quad column write 32 contiguous bytes of
-// bf16 (64 of fp32).
+// rows_per_warp) are not stored. Per (m-tile, row) the 8 lanes of a quad column write 32 contiguous bytes.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -66,7 +65,7 @@ __device__ __forceinline__ void store_piece_state_of(const DecodeParams& p, Shar
       const int row = warp_first_q_row(m_tile, c / 16, rpw) + k;
       if (k >= rpw || row >= p.q_rows) continue;
       const float inv_l = ss.row_state[wg][c].w;
-      char* const at = piece_out_row(po, row, dim0);
+      __nv_bfloat16* const at = piece_out_row(po, row, dim0);
 #pragma unroll
       for (int mt = 0; mt < PV_M_TILES; ++mt)
         store_pair(po, at, 64 * mt, o[mt][4 * i + e] * inv_l, o[mt][4 * i + 2 + e] * inv_l);
