@@ -8,7 +8,6 @@ out, lse and the split workspaces with NaN, so an element the kernels leave unwr
 The kernel runs (and is synchronised) before the reference allocates anything.
 """
 
-import math
 import zlib
 
 import pytest
@@ -21,12 +20,12 @@ from snapmla_ext.reference import attention_fp64, attention_fp64_dequant, decode
 from utils.compare import assert_bitwise_equal, assert_close_report, assert_same_nonfinite, rel_l2
 from utils.data import make_paged_inputs
 from utils.kernel_choice import force_kernel
+from utils.sched_plan import split_blocks
 
 pytestmark = pytest.mark.gpu
 
 O_REL_L2, O_COS, LSE_ATOL = 3e-3, 1e-5, 1e-3
 FORCE = 397  # num_sm_parts far above the SM count: most requests split into many pieces
-BEGIN_REQ, BEGIN_BLOCK, END_REQ, END_BLOCK, BEGIN_SPLIT = range(5)
 
 
 @pytest.fixture(autouse=True)
@@ -67,27 +66,17 @@ def run_kernel(p, s_q, h_q, causal, parts):
     return out, lse, meta, splits
 
 
-def check_against_reference(out, lse, p, causal, split_blocks=None):
+def check_against_reference(out, lse, p, causal, pieces=None):
+    """pieces: the plan's split_blocks, so that the emulation splits and rounds the partial outputs as the kernels do
+    (None: one piece per request, for calls whose plan splits nothing)."""
     ref_out, ref_lse = reference.decode(p.q, p.cache, p.block_table, p.cache_seqlens, causal=causal,
-                                        split_blocks=split_blocks)
+                                        split_blocks=pieces)
     assert out.shape == ref_out.shape and out.dtype == torch.bfloat16
     assert lse.shape == ref_lse.shape and lse.dtype == torch.float32
     m_o = assert_close_report(out.float(), ref_out.float(), name="o", rel_l2_tol=O_REL_L2, cos_tol=O_COS)
     m_l = assert_close_report(lse, ref_lse, name="lse", atol=LSE_ATOL)
     print(f"o: rel_l2 {m_o['rel_l2']:.3e} cos_diff {m_o['cos_diff']:.3e}; lse: max_abs {m_l['max_abs']:.3e}")
     return m_o, m_l
-
-
-def pieces_of(meta: torch.Tensor, seqlens: list[int]) -> list[list[int]]:
-    """Per-request block boundaries of the plan (reference.decode's split_blocks), replayed from the metadata."""
-    bounds = [[0] for _ in seqlens]
-    for row in meta.cpu().tolist():
-        for r in range(row[BEGIN_REQ], row[END_REQ] + 1):
-            n = math.ceil(seqlens[r] / L.PAGE_BLOCK_SIZE)
-            last = row[END_BLOCK] if r == row[END_REQ] else n
-            if last > bounds[r][-1] or (n == 0 and len(bounds[r]) == 1):
-                bounds[r].append(last)
-    return bounds
 
 
 def test_device_plan_matches_host_plan():
@@ -122,8 +111,8 @@ CASES = [
 @pytest.mark.parametrize("name,b,s_q,h_q,seqlens,causal,parts", CASES, ids=[c[0] for c in CASES])
 def test_decode_matches_reference(name, b, s_q, h_q, seqlens, causal, parts):
     p = inputs(b, s_q, h_q, seqlens, causal, zlib.crc32(name.encode()) % 10_000)
-    out, lse, _, _ = run_kernel(p, s_q, h_q, causal, parts)
-    check_against_reference(out, lse, p, causal)
+    out, lse, meta, _ = run_kernel(p, s_q, h_q, causal, parts)
+    check_against_reference(out, lse, p, causal, pieces=split_blocks(meta, p.seqlens))
 
 
 def test_forced_split_matches_reference_with_the_same_pieces():
@@ -132,7 +121,7 @@ def test_forced_split_matches_reference_with_the_same_pieces():
     p = inputs(b, s_q, h_q, seqlens, True, 31)
     out, lse, meta, splits = run_kernel(p, s_q, h_q, True, 50)
     assert (splits[1:] - splits[:-1]).max().item() > 1, "the plan must split something"
-    check_against_reference(out, lse, p, True, split_blocks=pieces_of(meta, p.seqlens))
+    check_against_reference(out, lse, p, True, pieces=split_blocks(meta, p.seqlens))
 
 
 def test_deterministic():
@@ -174,7 +163,7 @@ def test_new_style_metadata_is_filled_and_reused():
     assert sched_meta.have_initialized and sched_meta.tile_scheduler_metadata.is_cuda
     out2, lse2 = flash_mla_with_kvcache(p.q, p.cache, p.block_table, p.cache_seqlens, 512, sched_meta)
     assert_bitwise_equal(out2, out1, "out")
-    check_against_reference(out1, lse1, p, False)
+    check_against_reference(out1, lse1, p, False, pieces=split_blocks(sched_meta.tile_scheduler_metadata, p.seqlens))
 
 
 def test_seqlens_beyond_block_table_are_clamped(monkeypatch):
@@ -328,5 +317,5 @@ def _sweep():
 @pytest.mark.parametrize("name,b,s_q,h_q,s_k,causal,parts,seed", _sweep(), ids=[c[0] for c in _sweep()])
 def test_decode_sweep(name, b, s_q, h_q, s_k, causal, parts, seed):
     p = inputs(b, s_q, h_q, varlen(b, s_k, seed), causal, seed)
-    out, lse, _, _ = run_kernel(p, s_q, h_q, causal, parts)
-    check_against_reference(out, lse, p, causal)
+    out, lse, meta, _ = run_kernel(p, s_q, h_q, causal, parts)
+    check_against_reference(out, lse, p, causal, pieces=split_blocks(meta, p.seqlens))

@@ -17,6 +17,7 @@ from snapmla_ext.decode_ops import decode_kernel, flash_mla_with_kvcache, get_ml
 from utils.compare import assert_same_decode_bits, cos_diff, max_abs, rel_l2
 from utils.data import make_paged_inputs
 from utils.kernel_choice import force_kernel
+from utils.sched_plan import split_blocks
 
 pytestmark = pytest.mark.gpu
 
@@ -63,9 +64,19 @@ CASES = [
 ]
 
 
-def _run(p, s_q, h_q, causal, parts):
+def _plan(p, s_q, h_q, parts):
     kw = {} if parts is None else {"num_sm_parts": parts}
-    meta, splits = get_mla_metadata(p.cache_seqlens, s_q * h_q, 1, **kw)
+    return get_mla_metadata(p.cache_seqlens, s_q * h_q, 1, **kw)
+
+
+def _pieces(p, s_q, h_q, parts):
+    """The plan's pieces (reference.decode's split_blocks): the emulation then splits and rounds the partial outputs
+    as the kernels do."""
+    return split_blocks(_plan(p, s_q, h_q, parts)[0], p.cache_seqlens.tolist())
+
+
+def _run(p, s_q, h_q, causal, parts):
+    meta, splits = _plan(p, s_q, h_q, parts)
     out, lse = flash_mla_with_kvcache(p.q, p.cache, p.block_table, p.cache_seqlens, L.D_CONTENT, meta, splits,
                                       causal=causal)
     torch.cuda.synchronize()
@@ -78,7 +89,8 @@ def test_kernel_matches_emulation(monkeypatch, name, b, s_q, h_q, seqlens, causa
         force_kernel("narrow")  # as auto does: the test must not depend on the threshold
     p = make_paged_inputs(b, s_q, h_q, seqlens, seed=sum(map(ord, name)), device="cuda")
     out, lse = _run(p, s_q, h_q, causal, parts)
-    ref_out, ref_lse = reference.decode(p.q, p.cache, p.block_table, p.cache_seqlens, causal=causal)
+    ref_out, ref_lse = reference.decode(p.q, p.cache, p.block_table, p.cache_seqlens, causal=causal,
+                                        split_blocks=_pieces(p, s_q, h_q, parts))
     o_err, o_cos = rel_l2(out.float(), ref_out.float()), cos_diff(out.float(), ref_out.float())
     lse_err = max_abs(lse, ref_lse)
     print(f"\n{name}: o rel_l2 {o_err:.3e} cos {o_cos:.3e} | lse max_abs {lse_err:.3e} | "
@@ -200,7 +212,8 @@ def test_block_far_above_the_others(monkeypatch, dominant_block, kernel, h_q):
     rows = (rows.float() + noise).to(torch.bfloat16)  # distinct tokens, the same direction
     ops.append_kv(p.cache, rows, p.slots[0, tokens])
     out, lse = _run(p, 1, h_q, False, 3)  # 3 parts: the dominant block is in one piece, the others in others
-    ref_out, ref_lse = reference.decode(p.q, p.cache, p.block_table, p.cache_seqlens)
+    ref_out, ref_lse = reference.decode(p.q, p.cache, p.block_table, p.cache_seqlens,
+                                        split_blocks=_pieces(p, 1, h_q, 3))
     assert float(ref_lse[0, 0, 0]) > float(ref_lse[0, 1:, 0].max()) + 50.0  # head 0 is dominated
     o_err, lse_err = rel_l2(out.float(), ref_out.float()), max_abs(lse, ref_lse)
     signed = float(lse[0, 0, 0] - ref_lse[0, 0, 0])  # the model predicts < 0 (see above)

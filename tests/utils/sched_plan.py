@@ -1,5 +1,6 @@
 """The split-KV scheduler's plan replayed the way the decode kernel walks it (csrc/kernels/sched/sched_meta.h):
-shared by tests/test_sched.py (fixed cases) and tests/test_fuzz_host.py (random batches)."""
+shared by tests/test_sched.py (fixed cases), tests/test_fuzz_host.py (random batches) and the GPU tests that give
+the emulation the kernel's pieces (split_blocks)."""
 
 import math
 
@@ -30,6 +31,18 @@ def replay(meta: torch.Tensor, num_splits: torch.Tensor, seqlens: list[int]):
             cost += OVERHEAD + last - first
         costs.append(cost)
     return pieces, costs
+
+
+def split_blocks(meta: torch.Tensor, seqlens: list[int]) -> list[list[int]]:
+    """Per-request block boundaries of the plan (reference.decode's split_blocks), replayed from the metadata."""
+    bounds = [[0] for _ in seqlens]
+    for row in meta.cpu().tolist():
+        for r in range(row[BEGIN_REQ], row[END_REQ] + 1):
+            n = blocks(seqlens[r])
+            last = row[END_BLOCK] if r == row[END_REQ] else n
+            if last > bounds[r][-1] or (n == 0 and len(bounds[r]) == 1):
+                bounds[r].append(last)
+    return bounds
 
 
 def plan(seqlens, num_sm_parts):
