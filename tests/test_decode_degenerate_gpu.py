@@ -20,6 +20,7 @@ from snapmla_ext.decode_ops import flash_mla_with_kvcache, get_mla_metadata
 from utils.compare import cos_diff, max_abs, rel_l2
 from utils.data import make_paged_inputs
 from utils.kernel_choice import force_kernel
+from utils.sched_plan import split_blocks
 
 pytestmark = pytest.mark.gpu
 
@@ -34,14 +35,15 @@ def _decode(p, s_q, h_q, parts):
     meta, splits = get_mla_metadata(p.cache_seqlens, s_q * h_q, 1, **kw)
     out, lse = flash_mla_with_kvcache(p.q, p.cache, p.block_table, p.cache_seqlens, L.D_CONTENT, meta, splits)
     torch.cuda.synchronize()
-    return out, lse
+    return out, lse, split_blocks(meta, p.seqlens)  # the plan's pieces, for the emulation
 
 
 def _check(name, got, p, pv_accumulations):
-    out, lse = got
+    out, lse, pieces = got
     assert not out.isnan().any() and not lse.isnan().any(), name
     for acc in pv_accumulations:
-        ref_out, ref_lse = reference.decode(p.q, p.cache, p.block_table, p.cache_seqlens, pv_accumulation=acc)
+        ref_out, ref_lse = reference.decode(p.q, p.cache, p.block_table, p.cache_seqlens, pv_accumulation=acc,
+                                            split_blocks=pieces)
         o_err, o_cos = rel_l2(out.float(), ref_out.float()), cos_diff(out.float(), ref_out.float())
         lse_err = max_abs(lse, ref_lse)
         print(f"\n{name} vs emulation ({acc}): o rel_l2 {o_err:.3e} 1-cos {o_cos:.3e} | lse {lse_err:.3e}")

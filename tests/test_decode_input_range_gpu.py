@@ -17,6 +17,7 @@ from snapmla_ext.types import QuantizedQ
 from utils.compare import cos_diff, max_abs, rel_l2
 from utils.data import make_paged_inputs
 from utils.kernel_choice import force_kernel
+from utils.sched_plan import split_blocks
 
 pytestmark = pytest.mark.gpu
 
@@ -31,7 +32,7 @@ def _decode(p, q, s_q, h_q, parts=None):
     meta, splits = get_mla_metadata(p.cache_seqlens, s_q * h_q, 1, **kw)
     out, lse = flash_mla_with_kvcache(q, p.cache, p.block_table, p.cache_seqlens, L.D_CONTENT, meta, splits)
     torch.cuda.synchronize()
-    return out, lse
+    return out, lse, split_blocks(meta, p.seqlens)  # the plan's pieces, for the emulation
 
 
 def _rewrite(p, rows):
@@ -63,10 +64,10 @@ def test_range_edges_match_the_emulation(kernel, s_q, h_q, value_c, value_r):
     _rewrite(p, _edge_rows(p, value_c, value_r, seed=h_q))
     q = p.q.clone()
     q[..., L.D_CONTENT :] = (q[..., L.D_CONTENT :].float() * 1e-5).to(q.dtype)
-    ref_out, ref_lse = reference.decode(q, p.cache, p.block_table, p.cache_seqlens)
-    assert ref_lse.abs().max() < 30, float(ref_lse.abs().max())
     for parts in (None, 64):
-        out, lse = _decode(p, q, s_q, h_q, parts)
+        out, lse, pieces = _decode(p, q, s_q, h_q, parts)
+        ref_out, ref_lse = reference.decode(q, p.cache, p.block_table, p.cache_seqlens, split_blocks=pieces)
+        assert ref_lse.abs().max() < 30, float(ref_lse.abs().max())
         o_err, o_cos, lse_err = rel_l2(out.float(), ref_out.float()), cos_diff(out.float(), ref_out.float()), max_abs(lse, ref_lse)
         print(f"\n{kernel} h{h_q} edges c={value_c:.3g} r={value_r:.3g} parts={parts}: o rel_l2 {o_err:.3e} "
               f"1-cos {o_cos:.3e} | lse {lse_err:.3e}")
@@ -90,7 +91,7 @@ def test_bf16_max_everywhere_stays_finite(kernel, s_q, h_q):
     v = v.reshape(p.slots.shape + (L.D_QK,))[..., : L.D_CONTENT].masked_fill((p.slots < 0).unsqueeze(-1), 0)
     v_max = v.abs().amax(dim=(1, 2))  # (b,)
     for parts in (None, 1, 64):
-        out, lse = _decode(p, q, s_q, h_q, parts)
+        out, lse, _ = _decode(p, q, s_q, h_q, parts)
         print(f"\n{kernel} h{h_q} bf16 max parts={parts}: max |lse| {lse.abs().max().item():.3e}, "
               f"max |o| / max |v| {(out.float().abs().amax(dim=(1, 2, 3)) / v_max).max().item():.4f}")
         assert out.isfinite().all() and lse.isfinite().all()
@@ -119,5 +120,5 @@ def test_debug_checks_reject_scales_outside_the_range(monkeypatch):
     # Slot 6 of that page is past request 1's 70 tokens: never read, never checked.
     p.cache.data[page, off : off + 4] = saved
     p.cache.data[page, off + 4 : off + 8] = torch.tensor([1e30], dtype=torch.float32, device="cuda").view(torch.uint8)
-    out, _ = _decode(p, p.q, 1, 16)
+    out, _, _ = _decode(p, p.q, 1, 16)
     assert out.isfinite().all()

@@ -273,11 +273,13 @@ def test_inputs_written_right_before_the_call_are_read(h_q, kernel):
                       torch.cat([p.slots[i, t] for i, t in enumerate(tok)]))
         seqlens.add_(64)
         meta, splits = get_mla_metadata(seqlens, h_q, 1, num_sm_parts=30)
-        outs.append(flash_mla_with_kvcache(p.q, p.cache, p.block_table, seqlens, L.D_CONTENT, meta, splits))
+        outs.append((*flash_mla_with_kvcache(p.q, p.cache, p.block_table, seqlens, L.D_CONTENT, meta, splits), meta))
     torch.cuda.synchronize()
-    for s, (out, lse) in enumerate(outs):
-        lengths = torch.tensor([n + 64 * (s + 1) for n in first], dtype=torch.int32, device="cuda")
-        ref_out, ref_lse = reference.decode(p.q, p.cache, p.block_table, lengths)
+    for s, (out, lse, meta) in enumerate(outs):
+        lengths = [n + 64 * (s + 1) for n in first]
+        ref_out, ref_lse = reference.decode(p.q, p.cache, p.block_table,
+                                            torch.tensor(lengths, dtype=torch.int32, device="cuda"),
+                                            split_blocks=split_blocks(meta, lengths))
         assert not torch.isnan(out).any() and not torch.isnan(lse).any(), f"step {s}: NaN (a page read too early)"
         assert rel_l2(out.float(), ref_out.float()) <= O_REL_L2 and max_abs(lse, ref_lse) <= LSE_ATOL, f"step {s}"
 

@@ -25,6 +25,7 @@ from snapmla_ext.reference import attention_fp64_dequant
 from utils.compare import assert_close_report
 from utils.fuzz import build_case, draw_config
 from utils.kernel_choice import force_kernel
+from utils.sched_plan import split_blocks
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -50,23 +51,26 @@ def poison_outputs(monkeypatch):
 
 
 def run_kernel(cfg, case):
+    """(out, lse, the plan's tile_scheduler_metadata) through the configuration's API."""
     q = quant_ops.quantize_q(case.q) if cfg.quantized_q else case.q
     n = cfg.q_rows
     if cfg.api == "ops":
         meta, splits = decode_ops.get_mla_metadata(case.cache_seqlens, n, 1, num_sm_parts=cfg.num_sm_parts)
-        return decode_ops.flash_mla_with_kvcache(q, case.cache, case.block_table, case.cache_seqlens, L.D_CONTENT,
-                                                 meta, splits, causal=cfg.causal)
+        return (*decode_ops.flash_mla_with_kvcache(q, case.cache, case.block_table, case.cache_seqlens, L.D_CONTENT,
+                                                   meta, splits, causal=cfg.causal), meta)
     if cfg.api == "flash_mla_2026":
         sched_meta, _ = flash_mla_2026.get_mla_metadata(case.cache_seqlens, n, 1, is_fp8_kvcache=True,
                                                         num_sm_parts=cfg.num_sm_parts)
-        return flash_mla_2026.flash_mla_with_kvcache(
+        out, lse = flash_mla_2026.flash_mla_with_kvcache(
             q=q, k_cache=case.cache.data.view(-1, L.PAGE_BLOCK_SIZE, 1, L.TOKEN_BYTES),
             block_table=case.block_table, cache_seqlens=case.cache_seqlens, head_dim_v=L.D_CONTENT,
             tile_scheduler_metadata=sched_meta, causal=cfg.causal, descale_q=None, descale_k=None)
+        return out, lse, sched_meta.tile_scheduler_metadata
     meta, splits = flash_mla_2025.get_mla_metadata(case.cache_seqlens, n, 1, num_sm_parts=cfg.num_sm_parts)
-    return flash_mla_2025.flash_mla_with_kvcache(q, case.cache.data.view(-1, L.PAGE_BLOCK_SIZE, L.TOKEN_BYTES),
-                                                 case.block_table, case.cache_seqlens, L.D_CONTENT, meta, splits,
-                                                 causal=cfg.causal)
+    out, lse = flash_mla_2025.flash_mla_with_kvcache(q, case.cache.data.view(-1, L.PAGE_BLOCK_SIZE, L.TOKEN_BYTES),
+                                                     case.block_table, case.cache_seqlens, L.D_CONTENT, meta, splits,
+                                                     causal=cfg.causal)
+    return out, lse, meta
 
 
 def test_fuzz(request, fuzz_index):
@@ -77,11 +81,13 @@ def test_fuzz(request, fuzz_index):
     try:
         force_kernel(cfg.kernel)
         case = build_case(cfg, "cuda", quant_ops.append_kv)
-        out, lse = run_kernel(cfg, case)
+        out, lse, meta = run_kernel(cfg, case)
         torch.cuda.synchronize()
         assert out.shape == (cfg.b, cfg.s_q, cfg.h_q, L.D_CONTENT) and lse.shape == (cfg.b, cfg.h_q, cfg.s_q)
+        # The plan's pieces: the emulation splits and rounds the partial outputs as the kernels do.
         ref_out, ref_lse = reference.decode(case.q, case.cache, case.block_table, case.cache_seqlens,
-                                            causal=cfg.causal)
+                                            causal=cfg.causal,
+                                            split_blocks=split_blocks(meta, case.cache_seqlens.tolist()))
         m = assert_close_report(out.float(), ref_out.float(), name="o vs emulation", rel_l2_tol=O_REL_L2,
                                 cos_tol=O_COS)
         assert_close_report(lse, ref_lse, name="lse vs emulation", atol=LSE_ATOL)
