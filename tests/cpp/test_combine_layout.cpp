@@ -96,8 +96,9 @@ void check_choice() {
   EXPECT(choose_combine_layout(128, 1, 132).sets == 4, "combine_4_sets_few_pieces_h128");
   EXPECT(choose_combine_layout(256, 4, 50).sets == 2, "combine_2_piece_sets_h64: b = 4 at 50 parts, 13 pieces");
   EXPECT(choose_combine_layout(256, 4, 132).sets == 4, "b4 at 132 parts (h_q 64): ~34 pieces");
-  EXPECT(choose_combine_layout(1024, 16, 132).sets == 2, "b16 at 132 parts (h_q 64): ~9 pieces");
-  EXPECT(choose_combine_layout(2048, 16, 66).sets == 1, "b16 at 66 parts (h_q 128): ~5 pieces");
+  EXPECT(choose_combine_layout(512, 8, 132).sets == 2, "b8 at 132 parts (h_q 64): ~17 pieces, the last row-CTA count");
+  EXPECT(choose_combine_layout(1024, 16, 132).many_rows, "b16 at 132 parts (h_q 64): ~9 pieces, one warp per row");
+  EXPECT(choose_combine_layout(2048, 16, 66).many_rows, "b16 at 66 parts (h_q 128): ~5 pieces, one warp per row");
   const CombineLayout row_cta = choose_combine_layout(256, 2, 132);
   EXPECT(!row_cta.many_rows && row_cta.group == COMBINE_ROW_CTA_GROUP && row_cta.sets == 4,
          "combine_row_cta_4_sets_causal_sq2_h64: one CTA per row, 4 sets (got group %d, %d sets)", row_cta.group,

@@ -12,7 +12,7 @@
 //
 // Work split (layout.h): up to 128 rows (b = 1 at h_q 128, b <= 2 at 64) spread each row over 1, 2 or 4 CTAs and
 // up to 16 sets of warps that take the row's load groups of 16 pieces round robin, so that a request of up to
-// ~128 pieces is one round of loads per lane; up to 4096 rows one CTA per row with up to 4 sets and groups of 8
+// ~128 pieces is one round of loads per lane; up to 512 rows one CTA per row with up to 4 sets and groups of 8
 // pieces; many rows one warp per row, 4 rows per CTA, groups of 2 pieces.
 // H200, 2026-12-01 (the earlier few-rows layout: one CTA per row, up to 4 sets of 4 warps, groups of 8): one warp
 // per row walking pieces one load group at a time took 20.1 us at b1 h64 (4 warps per row: 7.1 us, with 4 sets

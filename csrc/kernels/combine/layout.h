@@ -3,16 +3,16 @@
 //
 // A lane reads quads: 4 consecutive columns of a piece's bf16 row (one 8-B load), 256 contiguous bytes per warp.
 // Three layouts:
-//   - many rows (b * q_rows > COMBINE_SPLIT_ROWS_MAX; b = 64, h_q = 128: 8192 rows x ~2 pieces): 4 rows per CTA,
-//     one warp per row, lane l the quads at columns 4 l + 128 k (k < 4); load groups of 2 pieces (8 loads in
-//     flight per lane).
+//   - many rows (b * q_rows > COMBINE_SPLIT_ROWS_MAX; b = 16, h_q = 64: 1024 rows x ~9 pieces; b = 64, h_q = 128:
+//     8192 rows x ~2 pieces): 4 rows per CTA, one warp per row, lane l the quads at columns 4 l + 128 k (k < 4);
+//     load groups of 2 pieces (8 loads in flight per lane).
 //   - fan-out (b * q_rows <= COMBINE_FAN_OUT_ROWS_MAX; b = 1, h_q = 64, 8k tokens is 64 rows x 65 pieces, 4.3 MB
 //     of partial outputs): each row's 512 columns over 1, 2 or 4 CTAs (col_split), each CTA `sets` sets of
 //     4 / col_split warps (warps_per_set), lane l of warp w one quad at column slice * 512 / col_split + 128 w
 //     + 4 l; load groups of 16 pieces (16 loads in flight per lane, ~116 registers).
-//   - one CTA per row (the rows between): 1, 2 or 4 sets of 4 warps, load groups of 8 pieces (64 registers: two
-//     512-thread CTAs per SM, where the fan-out's 116 allow one; the fan-out's groups at these row counts measured
-//     0.90x at b = 4, h_q 64 and 0.97x at b = 16, h_q 128 on an H100).
+//   - one CTA per row (the rows between, 129-512: b = 4, h_q = 64 is 256 rows): 1, 2 or 4 sets of 4 warps, load
+//     groups of 8 pieces (64 registers: two 512-thread CTAs per SM, where the fan-out's 116 allow one; the fan-out's
+//     groups measured 0.90x at b = 4, h_q 64 on an H100).
 // A row's load groups are dealt round robin to its sets: set s takes groups s, s + sets, s + 2 sets, ... Its
 // latency is one load round per group it owns, so the choice below aims for one group per set, and, for few
 // rows, for at least ~128 CTAs on the 132-SM H200 (col_split), since a row's CTA streams up to 67 KB of partial
@@ -25,7 +25,9 @@
 
 namespace snapmla::combine {
 
-inline constexpr int64_t COMBINE_SPLIT_ROWS_MAX = 4096;  // above: the many-rows layout
+// Above: the many-rows layout. From 513 rows rather than 4097: 1.01-1.03x for the whole call at b = 16, h_q 64-128,
+// 8k, 1.00x at b = 1-4 and with MTP (H100, bench/results/bench_variants_20261207T232321Z.json, variant many512).
+inline constexpr int64_t COMBINE_SPLIT_ROWS_MAX = 512;
 inline constexpr int COMBINE_CHUNK_PIECES = 32;          // lse values a warp holds at a time (one per lane)
 inline constexpr int64_t COMBINE_FAN_OUT_ROWS_MAX = 128;  // up to: the fan-out layout (col_split below assumes 128)
 inline constexpr int COMBINE_FAN_OUT_GROUP = 16;         // pieces per load group, fan-out (one quad each)
