@@ -61,6 +61,9 @@ CASES = [
     # One CTA per row with 4 sets over ~67 pieces (256 rows, groups of 8: three chunks), causal s_q 2 with a
     # one-token last block that the first query row does not see.
     ("combine_row_cta_4_sets_causal_sq2_h64", 2, 2, 64, [8193, 6000], True, 132),
+    # One warp per row (1024 rows, above COMBINE_SPLIT_ROWS_MAX) over 20 to 44 pieces per request: the many-rows
+    # layout past its first 32-piece chunk of weights, causal s_q 2 as MTP at small batch sends it.
+    ("combine_many_rows_44_pieces_causal_sq2_h128", 4, 2, 128, [20000, 15000, 16383, 9000], True, 132),
 ]
 
 

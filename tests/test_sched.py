@@ -4,6 +4,7 @@ kernel walks it (csrc/kernels/sched/sched_meta.h), and the Python defaults of sn
 """
 
 import random
+import re
 
 import pytest
 import torch
@@ -84,6 +85,20 @@ def test_short_parts_keep_their_length(requires_ext, b, parts):
         expected.append(expected[-1] + (start + c - 1) // payload - (start + OVERHEAD) // payload + 1)
         start += c
     assert num_splits.tolist() == expected
+
+
+def test_gpu_combine_cases_have_the_pieces_they_name(requires_ext):
+    # The kernel tests' combine cases (tests/test_decode_kernel_gpu.py) name the most pieces a request gets, since
+    # what they cover depends on it (past one 32-piece chunk of weights, one round per set): the plan keeps them true.
+    from test_decode_kernel_gpu import CASES
+
+    named = [c for c in CASES if re.search(r"_(\d+)_pieces", c[0]) and c[6] is not None]
+    assert len(named) >= 4
+    for name, b, _, _, seqlens, _, parts in named:
+        _, num_splits = check_plan(seqlens, parts)
+        ns = num_splits.tolist()
+        most = max(ns[r + 1] - ns[r] for r in range(b))
+        assert most == int(re.search(r"_(\d+)_pieces", name).group(1)), f"{name}: at most {most} pieces"
 
 
 # ---- argument checks of the op (one test per message) ----

@@ -103,6 +103,7 @@ void check_choice() {
   EXPECT(!row_cta.many_rows && row_cta.group == COMBINE_ROW_CTA_GROUP && row_cta.sets == 4,
          "combine_row_cta_4_sets_causal_sq2_h64: one CTA per row, 4 sets (got group %d, %d sets)", row_cta.group,
          row_cta.sets);
+  EXPECT(choose_combine_layout(1024, 4, 132).many_rows, "combine_many_rows_44_pieces_causal_sq2_h128");
   EXPECT(choose_combine_layout(8192, 64, 66).many_rows, "b64 h_q 128");
   EXPECT(choose_combine_layout(64, 0, 132).sets >= 1, "b = 0 does not divide by zero");
 }
