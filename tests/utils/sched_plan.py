@@ -16,7 +16,7 @@ def blocks(seqlen: int) -> int:
     return max(0, math.ceil(seqlen / 64))
 
 
-def replay(meta: torch.Tensor, num_splits: torch.Tensor, seqlens: list[int]):
+def replay(meta: torch.Tensor, seqlens: list[int]):
     """Pieces per request [(part, split, first, last)], and the cost of each part, as the decode kernel sees them."""
     pieces = [[] for _ in seqlens]
     costs = []
@@ -34,15 +34,9 @@ def replay(meta: torch.Tensor, num_splits: torch.Tensor, seqlens: list[int]):
 
 
 def split_blocks(meta: torch.Tensor, seqlens: list[int]) -> list[list[int]]:
-    """Per-request block boundaries of the plan (reference.decode's split_blocks), replayed from the metadata."""
-    bounds = [[0] for _ in seqlens]
-    for row in meta.cpu().tolist():
-        for r in range(row[BEGIN_REQ], row[END_REQ] + 1):
-            n = blocks(seqlens[r])
-            last = row[END_BLOCK] if r == row[END_REQ] else n
-            if last > bounds[r][-1] or (n == 0 and len(bounds[r]) == 1):
-                bounds[r].append(last)
-    return bounds
+    """Per-request block boundaries of the plan (reference.decode's split_blocks): 0, then each piece's end."""
+    pieces, _ = replay(meta.cpu(), seqlens)
+    return [[0] + [last for _, _, _, last in ps] for ps in pieces]
 
 
 def plan(seqlens, num_sm_parts):
@@ -56,7 +50,7 @@ def check_plan(seqlens, num_sm_parts):
     b = len(seqlens)
     assert meta.shape == (num_sm_parts, SCHED_META_INTS) and meta.dtype == torch.int32
     assert num_splits.shape == (b + 1,) and num_splits.dtype == torch.int32
-    pieces, costs = replay(meta, num_splits, seqlens)
+    pieces, costs = replay(meta, seqlens)
     ns = num_splits.tolist()
     assert ns[0] == 0
     assert ns[-1] <= b + num_sm_parts - 1, f"{ns[-1]} pieces > b + num_sm_parts - 1"

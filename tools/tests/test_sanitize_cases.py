@@ -8,8 +8,8 @@ from utils.scripts import script_module
 
 
 def _pieces_per_part(seqlens, parts):
-    meta, num_splits = plan(seqlens, parts)
-    pieces, _ = replay(meta, num_splits, seqlens)
+    meta, _ = plan(seqlens, parts)
+    pieces, _ = replay(meta, seqlens)
     per_part = {}
     for request in pieces:
         for part, _split, _first, _last in request:
