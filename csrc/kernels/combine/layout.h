@@ -27,7 +27,7 @@ namespace snapmla::combine {
 
 // Above: the many-rows layout. From 513 rows rather than 4097: 1.01-1.03x for the whole call at b = 16, h_q 64-128,
 // 8k (H100, bench/results/bench_variants_20261207T232321Z.json, variant many512); b = 64 at h_q 16-64 (1024 and
-// 4096 rows, ~3 pieces each) also changed layout and were not timed against the old threshold.
+// 4096 rows, ~3 pieces each) 1.00-1.02x (bench/results/bench_variants_20261208T010232Z.json, variant rows4096).
 inline constexpr int64_t COMBINE_SPLIT_ROWS_MAX = 512;
 inline constexpr int COMBINE_CHUNK_PIECES = 32;          // lse values a warp holds at a time (one per lane)
 inline constexpr int64_t COMBINE_FAN_OUT_ROWS_MAX = 128;  // up to: the fan-out layout (col_split below assumes 128)
