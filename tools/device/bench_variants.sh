@@ -20,8 +20,10 @@
 #   SNAPMLA_VARIANT_NCU="name:case" (after the rounds: ncu's warp samples per SASS instruction of variant `name`'s
 #   decode kernel on one bench_decode case, $OUT/ncu_source_<name>.csv, summarised per loop by
 #   tools/profile/ncu_hotspots.py --loops),
-#   SNAPMLA_VARIANT_ROUNDS=2 (default): the variants' benchmarks run in rounds (A B C, A B C, ...) and the table
-#   takes each variant's fastest round per case. One round in variant order was biased: on 2026-12-01 the first variant ran up to 16 % slower than an identical second one (GPU clocks settling).
+#   SNAPMLA_VARIANT_ROUNDS=2 (default): the variants' benchmarks run in rounds, each starting one variant later
+#   (A B C, B C A, C A B, ...), and the table takes each variant's fastest round per case. One round in variant
+#   order was biased: on 2026-12-01 the first variant ran up to 16 % slower than an identical second one (GPU
+#   clocks settling); on 2026-12-08 the slot bias of fixed-order rounds was ~4 % (see the rounds loop).
 #   SNAPMLA_VARIANT_WARMUP=1 (default) runs the first variant's benchmark once more before the rounds, unrecorded.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -85,8 +87,13 @@ run_bench() {  # variant name, output folder
       timeout 300 python3 bench/bench_decode.py $bargs --out "$2" >> "$VDIR/variant_out_$1/bench.log" 2>&1 )
 }
 [ "${SNAPMLA_VARIANT_WARMUP:-1}" = "1" ] && [ ${#built[@]} -gt 0 ] && run_bench "${built[0]}" "$VDIR/variant_out_warmup"
+# Round r starts at built variant r (A B C, B C A, C A B, ...): no variant keeps one slot of every round. On
+# 2026-12-08 (H100) a case whose code no variant changed ran 1.04x faster in the fourth slot of both rounds.
 for (( round = 0; round < ${SNAPMLA_VARIANT_ROUNDS:-2}; ++round )); do
-  for name in "${built[@]}"; do run_bench "$name" "$VDIR/variant_out_$name/round_$round"; done
+  for (( i = 0; i < ${#built[@]}; ++i )); do
+    name=${built[$(( (i + round) % ${#built[@]} ))]}
+    run_bench "$name" "$VDIR/variant_out_$name/round_$round"
+  done
 done
 if [ -n "${SNAPMLA_VARIANT_NCU:-}" ]; then
   IFS=':' read -r ncu_name ncu_case <<< "$SNAPMLA_VARIANT_NCU"

@@ -1,8 +1,8 @@
 """tools/device/bench_variants.sh without a GPU (CPU): a stub python3 on PATH stands in for the build, pytest and
 bench/bench_decode.py (it writes a benchmark JSON whose time depends on SNAPMLA_FORCE_SPLIT and the round), the
-real interpreter runs the script's summary. Checks the rounds, the warm-up, a variant that reuses another's
-build (@name) with its own environment, the table's fastest-round ratios, the tests of named variants only, and one
-variant's ncu pass (a stub ncu) summarised per loop."""
+real interpreter runs the script's summary. Checks the rounds and their rotating order, the warm-up, a variant that
+reuses another's build (@name) with its own environment, the table's fastest-round ratios, the tests of named
+variants only, and one variant's ncu pass (a stub ncu) summarised per loop."""
 
 import json
 import os
@@ -25,6 +25,7 @@ if [ "$1" = "bench/bench_decode.py" ]; then
   out=""; prev=""; for a in "$@"; do [ "$prev" = "--out" ] && out=$a; prev=$a; done
   mkdir -p "$out"
   n=$(cat "$STUB_LOG/bench_runs" 2>/dev/null || echo 0); echo $((n + 1)) > "$STUB_LOG/bench_runs"
+  echo "$out" >> "$STUB_LOG/bench_order"
   split=${SNAPMLA_FORCE_SPLIT:-132}
   # round 0 of every variant is 10 us slower than the later rounds: the table must take the fastest round
   case "$out" in *round_0*) slow=10 ;; *) slow=0 ;; esac
@@ -50,6 +51,7 @@ def sandbox(tmp_path):
 
 def test_rounds_reuse_and_environment(sandbox):
     repo, env, log, out = sandbox
+    tmp_v = env["SNAPMLA_VARIANT_DIR"]
     env["SNAPMLA_VARIANTS"] = "base:.:;split:@base::SNAPMLA_FORCE_SPLIT=142;dbg:.:-DSNAPMLA_TRACE_CTA"
     r = subprocess.run(["bash", "tools/device/bench_variants.sh"], cwd=repo, env=env, capture_output=True, text=True,
                        timeout=120)
@@ -58,6 +60,10 @@ def test_rounds_reuse_and_environment(sandbox):
     assert len(builds) == 2, builds  # "split" runs base's build
     assert any(b.endswith("-DSNAPMLA_TRACE_CTA") for b in builds)
     assert int((log / "bench_runs").read_text()) == 1 + 3 * 3  # the warm-up, then 3 rounds of 3 variants
+    # each round starts one variant later, so no variant holds the same slot in every round
+    order = [os.path.relpath(o, tmp_v).split(os.sep)[0].removeprefix("variant_out_")
+             for o in (log / "bench_order").read_text().splitlines()]
+    assert order == ["warmup", "base", "split", "dbg", "split", "dbg", "base", "dbg", "base", "split"], order
     assert "split tests: 3 passed (split 142)" in r.stdout
     assert "base tests: 3 passed (split default)" in r.stdout
     # fastest round: base 100 us, split 110 us (ratio 100 / 110 = 0.91), dbg 100 us
