@@ -42,8 +42,8 @@ CASES = [
     ("narrow_h8_varlen", 4, 1, 8, [1, 63, 64, 1000], False, None),
     ("narrow_causal_sq2_h8", 2, 2, 8, [130, 64], True, None),
     ("narrow_h3_split_empty", 3, 1, 3, [2000, 0, 777], False, 30),
-    # The combine's two layouts (combine/layout.h COMBINE_SPLIT_ROWS_MAX = 512 rows): one request in 65 pieces
-    # (more than the 32 weights a warp holds at a time: three chunks), and 40 x 128 = 5120 rows split in two or
+    # Either side of combine/layout.h COMBINE_SPLIT_ROWS_MAX = 512 rows: one request in 65 pieces (64 rows, more
+    # pieces than the 32 weights a warp holds at a time: three chunks), and 40 x 128 = 5120 rows split in two or
     # three pieces each (one warp per row), with causal rows that see nothing in their last piece.
     ("combine_65_pieces_h64", 1, 1, 64, [8192], False, 132),
     ("combine_5120_rows_h128", 40, 1, 128, [1500 + 37 * i for i in range(40)], False, 50),
