@@ -20,6 +20,7 @@ data is >> L2 anyway), median.
     python3 bench/bench_decode.py --cases sk8192 --pdl-ab     (also plain launches vs PDL, common/pdl.h)
     python3 bench/bench_decode.py --plot RESULT.json          (anywhere: PNG of speedup vs context length)
     python3 bench/bench_decode.py --table RESULT.json         (anywhere: README's markdown table of that run)
+    python3 bench/bench_decode.py --fit RESULT.json           (anywhere: each side's time as fixed part + slope)
 JSON goes to bench/results/ and to --out; the PNG next to each JSON.
 """
 
@@ -365,6 +366,68 @@ def markdown_table(json_path: str) -> str:
     return "\n".join(lines)
 
 
+def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
+    """Least-squares t = fixed + slope * x over two or more distinct x: (fixed, slope, largest |residual|)."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if n < 2 or sxx == 0:
+        raise ValueError(f"a line needs two or more distinct lengths, got {xs}")
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    fixed = my - slope * mx
+    return fixed, slope, max(abs(y - fixed - slope * x) for x, y in zip(xs, ys))
+
+
+def length_fit(json_path: str) -> str:
+    """Each side's time over context length as a fixed part and a slope, from an earlier run's JSON (any machine).
+
+    For every (b, s_q, h_q) series of uniform whole-page lengths spanning a factor of two or more, and for ours, our
+    call with q quantized before it and each peer timed at every length of the series: t = F + slope * s_k by least
+    squares. F (us) is what a call costs apart from its stream: the extra kernels, the decode's start and tail, the
+    pieces' epilogues. The slope (us per 1k tokens) is the stream: a side's slope over ours is the speedup that long
+    contexts approach, and ours gives the marginal KV rate at 644 B per token. The largest residual says how well
+    a line fits (none with two lengths, which a line always fits)."""
+    with open(json_path) as f:
+        data = json.load(f)
+    peers = data.get("peers") or {}
+    series: dict[tuple[int, int, int], list[dict]] = {}
+    for r in data["results"]:
+        p = r["params"]
+        if not p["varlen"]:
+            series.setdefault((p["b"], p["s_q"], p["h_q"]), []).append(r)
+    head = ["b, s_q, h_q", "lengths", "side", "F (us)", "us per 1k tokens", "largest residual (us)",
+            "slope over ours"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for (b, s_q, h_q), rs in sorted(series.items()):
+        # Whole pages only: a partial last page runs the masked code, a cost of its own (PARTIAL_BLOCK_CASES).
+        rs = sorted((r for r in rs if r["params"]["s_k"] % L.PAGE_BLOCK_SIZE == 0), key=lambda r: r["params"]["s_k"])
+        lengths = [r["params"]["s_k"] for r in rs]
+        if not lengths or lengths[-1] < 2 * lengths[0]:
+            continue
+        sides = {"ours": [r["us"] for r in rs], "ours, q pre-quantized": [r["params"].get("prequant_q_us")
+                                                                           for r in rs]}
+        for name, info in peers.items():
+            sides[info["label"]] = [(r["params"].get("peers") or {}).get(name, {}).get("us") for r in rs]
+        ours_slope = None
+        for side, ts in sides.items():
+            if any(t is None for t in ts):
+                continue  # not timed at every length of the series
+            fixed, slope, res = line_fit([x / 1000 for x in lengths], ts)
+            if side == "ours":
+                ours_slope = slope
+                kv_tbps = b * 1000 * L.TOKEN_BYTES / (slope * 1e-6) / 1e12
+                rel = f"1.00x ({kv_tbps:.2f} TB/s of KV)"
+            else:
+                rel = f"{slope / ours_slope:.2f}x" if ours_slope else "-"
+            span = ", ".join(f"{x // 1024}k" if x % 1024 == 0 else str(x) for x in lengths)
+            fit = f"{res:.1f}" if len(lengths) > 2 else "-"
+            lines.append(f"| {b}, {s_q}, {h_q} | {span} | {side} | {fixed:.1f} | {slope:.2f} | {fit} | {rel} |")
+    env = data.get("environment", {})
+    lines.append(f"\n{env.get('gpu', '?')}, commit {env.get('git_revision', '?')}, {env.get('date', '?')} "
+                 f"({os.path.basename(json_path)})")
+    return "\n".join(lines)
+
+
 def plot_speedup(json_path: str, png_path: Optional[str] = None) -> Optional[str]:
     """PNG of speedup over FlashMLA BF16 vs context length, one line per head count (b = 64, s_q = 1, fixed
     whole-block lengths). Reads only the JSON, so it runs on any machine with matplotlib."""
@@ -413,6 +476,8 @@ def main() -> None:
     ap.add_argument("--plot", default=None, metavar="JSON", help="only draw the PNG of an earlier run's JSON")
     ap.add_argument("--table", default=None, metavar="JSON",
                     help="only print README's markdown table of an earlier run's JSON (times and ratios per peer)")
+    ap.add_argument("--fit", default=None, metavar="JSON",
+                    help="only print each side's time over context length as fixed part + slope (earlier run)")
     ap.add_argument("--cases", default=None, metavar="SUBSTR",
                     help="only the cases whose name contains SUBSTR, or any of a comma-separated list "
                          "(e.g. b64_sq1_h16_sk32768 for ncu, sk8192,sk4096 for the small and short cases)")
@@ -436,6 +501,9 @@ def main() -> None:
         return
     if args.table:
         print(markdown_table(args.table))
+        return
+    if args.fit:
+        print(length_fit(args.fit))
         return
 
     from bench import harness as H
