@@ -14,7 +14,7 @@ Roofline time = max(KV bytes / copy ceiling measured in this run, FP8 FLOPs / 12
 when `flash_mla` is importable ("measured"), else the time from docs/anchors.md ("anchor"; none for some shapes).
 Timing: bench/harness.py, each side's call captured once in a CUDA graph and replayed, as engines run decode steps
 (--no-graphs: eager calls; a side whose capture fails runs eager and says so), L2 flushed before every call (the
-data is >> L2 anyway), median.
+data is >> L2 anyway; --flush read leaves it clean instead of dirty, bench/harness.py), median.
 
     python3 bench/bench_decode.py [--quick] [--out DIR]      (GPU; SNAPMLA_BENCH_QUICK=1 means --quick)
     python3 bench/bench_decode.py --cases sk8192 --pdl-ab     (also plain launches vs PDL, common/pdl.h)
@@ -423,8 +423,9 @@ def length_fit(json_path: str) -> str:
             fit = f"{res:.1f}" if len(lengths) > 2 else "-"
             lines.append(f"| {b}, {s_q}, {h_q} | {span} | {side} | {fixed:.1f} | {slope:.2f} | {fit} | {rel} |")
     env = data.get("environment", {})
-    lines.append(f"\n{env.get('gpu', '?')}, commit {env.get('git_revision', '?')}, {env.get('date', '?')} "
-                 f"({os.path.basename(json_path)})")
+    # Runs before the flush mode was recorded zeroed the buffer.
+    lines.append(f"\n{env.get('gpu', '?')}, commit {env.get('git_revision', '?')}, {env.get('date', '?')}, L2 flush "
+                 f"by {data.get('l2_flush', 'write')} ({os.path.basename(json_path)})")
     return "\n".join(lines)
 
 
@@ -493,6 +494,9 @@ def main() -> None:
                     help="time eager calls instead of CUDA-graph replays (every side; default: graphs, as engines)")
     ap.add_argument("--alloc-between-rounds", action="store_true",
                     help="without peers: allocate and free a BF16 cache between our rounds (no peer kernel)")
+    ap.add_argument("--flush", default="write", choices=["write", "read"],
+                    help="how the L2 is flushed before each timed call: zero a 256 MB buffer (write, default; it "
+                         "leaves dirty lines that the call writes back) or read it (read; clean lines)")
     ap.add_argument("--pdl-ab", action="store_true",
                     help="also time every case with plain launches (SNAPMLA_PDL=0) and PDL (=1), and report the ratio")
     args = ap.parse_args()
@@ -509,6 +513,8 @@ def main() -> None:
     from bench import harness as H
 
     from bench.peers import available_peers
+
+    H.set_flush_mode(args.flush)
 
     peers, missing = available_peers(args.peers.split(",") if args.peers else None)
     ceiling = H.copy_ceiling_gbps()
@@ -530,7 +536,8 @@ def main() -> None:
                                 alloc_between=args.alloc_between_rounds, graphs=not args.no_graphs))
         print_line(results[-1])
     dirs = [H.RESULTS_DIR] + ([args.out] if args.out else [])
-    extra = {"copy_ceiling_gbps": ceiling, "baseline": "flash_mla measured" if have_fm else "docs/anchors.md",
+    extra = {"copy_ceiling_gbps": ceiling, "l2_flush": H.flush_mode(),
+             "baseline": "flash_mla measured" if have_fm else "docs/anchors.md",
              "peers": {p.name: dict(label=p.label, precision=p.precision, note=p.note) for p in peers},
              "peers_skipped": missing}
     for path in H.write_json("bench_decode", results, extra, dirs):

@@ -1,8 +1,12 @@
 """Shared benchmark harness: GPU timing, a measured copy ceiling, one printed line per case, JSON results.
 
 Timing (CUDA events, median over repetitions):
-- l2="cold": before every repetition a 256 MB buffer is zeroed (5x the H200's 50 MB L2), then the call is timed
-  alone. The flush also keeps the GPU busy while the CPU enqueues the call, so launch overhead is not measured.
+- l2="cold": before every repetition a 256 MB buffer (5x the H200's 50 MB L2) is zeroed, as triton's do_bench
+  does, then the call is timed alone. The flush also keeps the GPU busy while the CPU enqueues the call, so launch
+  overhead is not measured. Zeroing leaves the L2 full of dirty lines, which the timed call writes back to HBM as
+  its reads evict them (up to 50 MB: ~15 us of an H100's HBM time); `set_flush_mode("read")` (bench_decode.py
+  --flush read) reads the buffer instead, which leaves clean lines, as the weights and activations that an
+  engine's projections read before the decode would.
 - `graphed(fn)`: the call captured once in a CUDA graph and replayed (bench_decode.py's default, as engines run
   decode steps), timed cold as above.
 - l2="hot": `inner` calls are captured in one CUDA graph and replayed (inputs stay in L2 from the previous
@@ -42,14 +46,31 @@ class Result:
     params: dict = field(default_factory=dict)
 
 
+FLUSH_MODES = ("write", "read")  # zero the flush buffer (dirty lines left in L2) / read it (clean lines)
+_flush_mode = "write"
 _flush_buf: Optional[torch.Tensor] = None
+
+
+def set_flush_mode(mode: str) -> None:
+    """How flush_l2 evicts the L2 before each cold repetition: "write" (the default) or "read"."""
+    global _flush_mode
+    if mode not in FLUSH_MODES:
+        raise ValueError(f"flush mode: expected one of {FLUSH_MODES}, got {mode!r}")
+    _flush_mode = mode
+
+
+def flush_mode() -> str:
+    return _flush_mode
 
 
 def flush_l2() -> None:
     global _flush_buf
     if _flush_buf is None:
-        _flush_buf = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    _flush_buf.zero_()
+        _flush_buf = torch.zeros(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    if _flush_mode == "write":
+        _flush_buf.zero_()
+    else:
+        _flush_buf.sum(dtype=torch.int64)  # every line of the buffer passes through L2; the sum is dropped
 
 
 def time_cold(fn: Callable[[], object], *, reps: int = 20, warmup: int = 3) -> float:

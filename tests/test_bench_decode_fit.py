@@ -26,10 +26,10 @@ def _result(b, s_q, h_q, s_k, us, prequant=None, peers=None, varlen=False):
                        "peers": {n: {"us": t} for n, t in (peers or {}).items()}}}
 
 
-def _write(tmp_path, results):
+def _write(tmp_path, results, **extra):
     path = tmp_path / "bench_decode_test.json"
     env = {"gpu": "NVIDIA H100 80GB HBM3", "git_revision": "abc1234", "date": "2026-12-08T00:00:00+00:00"}
-    path.write_text(json.dumps({"environment": env, "peers": PEERS, "results": results}))
+    path.write_text(json.dumps({"environment": env, "peers": PEERS, **extra, "results": results}))
     return str(path)
 
 
@@ -78,3 +78,10 @@ def test_the_residual_shows_a_bend_and_two_lengths_have_none(bench, tmp_path):
 def test_a_line_needs_two_lengths(bench):
     with pytest.raises(ValueError, match="two or more distinct lengths"):
         bench.line_fit([16.384, 16.384], [1.0, 2.0])
+
+
+def test_the_footer_names_the_flush_mode(bench, tmp_path):
+    rs = [_result(1, 1, 64, 8192, 22.0), _result(1, 1, 64, 131072, 50.0)]
+    # Result files from before the mode was recorded zeroed the buffer.
+    assert "L2 flush by write (bench_decode_test.json)" in bench.length_fit(_write(tmp_path, rs))
+    assert "L2 flush by read (bench_decode_test.json)" in bench.length_fit(_write(tmp_path, rs, l2_flush="read"))
