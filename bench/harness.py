@@ -3,10 +3,10 @@
 Timing (CUDA events, median over repetitions):
 - l2="cold": before every repetition a 256 MB buffer (5x the H200's 50 MB L2) is zeroed, as triton's do_bench
   does, then the call is timed alone. The flush also keeps the GPU busy while the CPU enqueues the call, so launch
-  overhead is not measured. Zeroing leaves the L2 full of dirty lines, which the timed call writes back to HBM as
-  its reads evict them (up to 50 MB: ~15 us of an H100's HBM time); `set_flush_mode("read")` (bench_decode.py
-  --flush read) reads the buffer instead, which leaves clean lines, as the weights and activations that an
-  engine's projections read before the decode would.
+  overhead is not measured. Zeroing leaves the L2 full of dirty lines, which a timed call that streams from HBM
+  writes back as its reads evict them (up to 50 MB, ~15 us of an H100's HBM time by the bytes; not measured yet);
+  `set_flush_mode("read")` (bench_decode.py --flush read) reads the buffer instead, which leaves clean lines, as the
+  weights and activations that an engine's projections read before the decode would.
 - `graphed(fn)`: the call captured once in a CUDA graph and replayed (bench_decode.py's default, as engines run
   decode steps), timed cold as above.
 - l2="hot": `inner` calls are captured in one CUDA graph and replayed (inputs stay in L2 from the previous
