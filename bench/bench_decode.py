@@ -334,6 +334,11 @@ def print_line(r) -> None:
           f"{rounds}", flush=True)
 
 
+def kilo_tokens(tokens: int) -> str:
+    """32768 -> "32k"; a length that is not whole kilo-tokens as is."""
+    return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
+
+
 def markdown_table(json_path: str) -> str:
     """README's table from an earlier run's JSON: per case our time, each peer's time (in the order of the run's
     "peers"), ours over the faster BF16 peer and over each FP8 peer, as run_case recorded them. Reads only the
@@ -347,12 +352,9 @@ def markdown_table(json_path: str) -> str:
     head += (["ours vs faster BF16"] if bf16 else []) + [f"ours vs {peers[n]['label']}" for n in fp8]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
 
-    def k(tokens: int) -> str:  # 32768 -> 32k; a length that is not whole kilo-tokens as is
-        return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
-
     for r in data["results"]:
         p, got = r["params"], (r["params"].get("peers") or {})
-        shape = f"{p['b']}, {p['s_q']}, {p['h_q']}, {k(p['s_k'])}" + (" (varlen)" if p["varlen"] else "")
+        shape = f"{p['b']}, {p['s_q']}, {p['h_q']}, {kilo_tokens(p['s_k'])}" + (" (varlen)" if p["varlen"] else "")
         row = [shape, f"{r['us']:.1f}"] + [f"{got[n]['us']:.1f}" if n in got else "-" for n in peers]
         # The ratios and the faster BF16 peer as run_case recorded them (one place decides which is faster).
         best = p.get("best_bf16_peer")
@@ -368,11 +370,11 @@ def markdown_table(json_path: str) -> str:
 
 def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
     """Least-squares t = fixed + slope * x over two or more distinct x: (fixed, slope, largest |residual|)."""
+    if len(set(xs)) < 2:
+        raise ValueError(f"a line needs two or more distinct lengths, got {xs}")
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
-    if n < 2 or sxx == 0:
-        raise ValueError(f"a line needs two or more distinct lengths, got {xs}")
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
     fixed = my - slope * mx
     return fixed, slope, max(abs(y - fixed - slope * x) for x, y in zip(xs, ys))
@@ -419,7 +421,7 @@ def length_fit(json_path: str) -> str:
                 rel = f"1.00x ({kv_tbps:.2f} TB/s of KV)"
             else:
                 rel = f"{slope / ours_slope:.2f}x" if ours_slope else "-"
-            span = ", ".join(f"{x // 1024}k" if x % 1024 == 0 else str(x) for x in lengths)
+            span = ", ".join(kilo_tokens(x) for x in lengths)
             fit = f"{res:.1f}" if len(lengths) > 2 else "-"
             lines.append(f"| {b}, {s_q}, {h_q} | {span} | {side} | {fixed:.1f} | {slope:.2f} | {fit} | {rel} |")
     env = data.get("environment", {})
@@ -470,6 +472,8 @@ def plot_speedup(json_path: str, png_path: Optional[str] = None) -> Optional[str
 
 
 def main() -> None:
+    from bench import harness as H
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None, help="also write the JSON (and PNG) into this directory")
     ap.add_argument("--quick", action="store_true", default=os.environ.get("SNAPMLA_BENCH_QUICK") == "1",
@@ -494,7 +498,7 @@ def main() -> None:
                     help="time eager calls instead of CUDA-graph replays (every side; default: graphs, as engines)")
     ap.add_argument("--alloc-between-rounds", action="store_true",
                     help="without peers: allocate and free a BF16 cache between our rounds (no peer kernel)")
-    ap.add_argument("--flush", default="write", choices=["write", "read"],
+    ap.add_argument("--flush", default="write", choices=H.FLUSH_MODES,
                     help="how the L2 is flushed before each timed call: zero a 256 MB buffer (write, default; it "
                          "leaves dirty lines that the call writes back) or read it (read; clean lines)")
     ap.add_argument("--pdl-ab", action="store_true",
@@ -509,8 +513,6 @@ def main() -> None:
     if args.fit:
         print(length_fit(args.fit))
         return
-
-    from bench import harness as H
 
     from bench.peers import available_peers
 
