@@ -81,7 +81,10 @@ PARTIAL_BLOCK_CASES = [Case(16, 1, h, 8191) for h in (16, 64, 128)] + [Case(64, 
 # MTP with 3 draft tokens at DP attention (s_q 4, all 128 heads) and at TP2: the compute-bound goals of the design
 # (docs/design.md section 4).
 MTP_CASES = [Case(32, 4, 128, 16384), Case(32, 4, 64, 16384)]
-ALL_CASES = ANCHOR_CASES + SMALL_BATCH_CASES + PARTIAL_BLOCK_CASES + LONG_SINGLE_CASES + MTP_CASES
+# b = 128 at 4k with 64 heads (TP2), next to the anchors' b = 128 shapes at h_q 16 and 128: 128 requests over 132
+# parts, most of which run two pieces (248 in all), so the split-KV plan's per-piece costs weigh most here.
+BATCH_128_CASES = [Case(128, 1, 64, 4096)]
+ALL_CASES = ANCHOR_CASES + SMALL_BATCH_CASES + PARTIAL_BLOCK_CASES + LONG_SINGLE_CASES + MTP_CASES + BATCH_128_CASES
 QUICK_CASES = [Case(64, 1, 16, 32768, anchor_us=616), Case(64, 1, 128, 32768, anchor_us=1010),
                Case(4, 1, 64, 8192), Case(128, 1, 128, 4096, anchor_us=264)]
 
