@@ -1,15 +1,15 @@
 """The GPU's SM clock, power, temperature and clock-event ("throttle") reasons, sampled from NVML in a side thread
 while a benchmark round runs.
 
-Why: our rounds of a long wide-kernel case differ by up to 14 % when FlashMLA's rounds run between them, and the
-clock that harness.sm_clock_mhz measures *after* a round (a sleep kernel on an idle GPU) does not track it
-(docs/design.md,). The reading tested here is that the chain-bound wide kernel
-follows an SM clock lowered by power or heat; that needs the clock *during* the round, and NVML's reasons.
+Why: rounds of a long compute-bound case differ by up to 14 % when a peer's rounds run between them, and the
+clock that harness.sm_clock_mhz measures *after* a round (a sleep kernel on an idle GPU) does not track it. A
+kernel bound by its instruction chains follows an SM clock lowered by power or heat; telling that apart needs the
+clock *during* the round, and NVML's reasons. bench_decode.py records this summary per round and side.
 
 NVML is reached through ctypes on libnvidia-ml.so.1, which ships with the driver (the H200 machine has no pynvml).
 Without it, or without a GPU, or with SNAPMLA_NVML=0, `RoundSampler` records nothing and `summary()` is None:
-benchmarks run as before. Not yet run on the H200: the first
-run should time a case with SNAPMLA_NVML=0 and =1 side by side.
+benchmarks run unchanged. The side thread polls the driver while the GPU works: to rule out its cost on a case,
+time it with SNAPMLA_NVML=0 and =1 side by side.
 
     with RoundSampler() as s:
         run_round()

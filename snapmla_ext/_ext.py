@@ -28,7 +28,7 @@ def _load_library(path: Optional[str]) -> Optional[str]:
 
 
 # Loaded once, when snapmla_ext is imported, never on first use: torch.compile traces the entry points, and
-# Dynamo cannot trace a library load (it used to report an AttributeError in place of the reason). Traced code
+# Dynamo cannot trace a library load (it reports an unrelated AttributeError in place of the reason). Traced code
 # only reads this string. SNAPMLA_EXT_PATH: load a _C built elsewhere (`setup.py build_ext --build-lib DIR`).
 _LOAD_ERROR: Optional[str] = _load_library(os.environ.get("SNAPMLA_EXT_PATH"))
 

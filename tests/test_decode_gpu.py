@@ -31,8 +31,9 @@ FORCE = 397  # num_sm_parts far above the SM count: most requests split into man
 @pytest.fixture(autouse=True)
 def poison_outputs(monkeypatch):
     monkeypatch.setenv("SNAPMLA_DEBUG_CHECKS", "1")
-    # Every case with q_rows <= 16 on the narrow kernel, forced (the automatic choice too; before 2026-12-01 it sent small ones to the wide kernel). tests/test_decode_kernel_gpu.py runs the wide
-    # kernel on q_rows <= 16 against the narrow one.
+    # Every case with q_rows <= 16 on the narrow kernel, forced, so that the case runs it whatever the automatic
+    # choice would pick. tests/test_decode_kernel_gpu.py runs the wide kernel on q_rows <= 16 against the narrow
+    # one.
     force_kernel("narrow")
     monkeypatch.delenv("SNAPMLA_FORCE_SPLIT", raising=False)
 

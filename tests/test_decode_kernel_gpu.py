@@ -196,11 +196,11 @@ def test_the_chosen_kernel_runs(monkeypatch, choice, q_rows, expected):
 # here all 512 products of a dominant logit have the same sign, so the truncations add up and lse comes out low
 # (docs/design.md section 6; tools/numerics/qk_accumulation_model.py, confirmed on the H200 by
 # tools/microbench/wgmma_fp8_accumulation.cu). Measured on the H200, kernel - reference at lse 86 / 108 / 94:
-# - one accumulator chain of 16 k-steps (before 2026-12-01, both kernels): -0.37 / -0.52 / -0.46 nats, and the
-#   narrow kernel's o 3.3e-3 rel L2 at block 7 (over the contract's 3e-3);
-# - since 2026-12-01: the wide kernel's two chains of 8 (mainloop.cuh issue_qk) -0.13 / -0.20 / -0.13,
-#   the narrow kernel's four chains of 4 (qk_softmax.cuh issue_qk_t) -0.05 / -0.06 / -0.06; o 2.1-2.9e-3;
-# - since 2026-12-01: the narrow kernel's eight chains of 2 -0.016 / -0.019 / -0.019, o 1.2-1.5e-3.
+# - one accumulator chain of 16 k-steps (a build of either kernel): -0.37 / -0.52 / -0.46 nats, and the narrow
+#   kernel's o 3.3e-3 rel L2 at block 7 (over the contract's 3e-3);
+# - two chains of 8 (the wide and ws kernels, mainloop.cuh issue_qk) -0.13 / -0.20 / -0.13, and four chains of 4
+#   in the narrow kernel -0.05 / -0.06 / -0.06; o 2.1-2.9e-3;
+# - eight chains of 2 (the narrow kernel, qk_softmax.cuh issue_qk_t) -0.016 / -0.019 / -0.019, o 1.2-1.5e-3.
 # The 0.3 % (0.26-0.33 nats here) fails one chain of 16 in either kernel. Missing or double-counting the dominant
 # block would move lse by ~50 nats.
 @pytest.mark.parametrize("kernel,h_q", [("wide", 64), ("narrow", 16), ("ws", 64)])

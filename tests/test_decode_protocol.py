@@ -4,8 +4,8 @@ A hang on the GPU shows up as a test that never returns, and the schedules that 
 between two pieces of a CTA's row, a piece that starts just where the producer's lookahead ends) are rare in
 random GPU inputs. The model replays the kernel's waits and arrivals for whole schedule rows in random
 interleavings, so every producer policy the kernel has used is checked against rows built to contain those
-cases. The model is checked too: the first v11 policy hung the full GPU sweep (2026-11-29), and the model must
-find that deadlock.
+cases. The model is checked too: one producer policy of a transposer design (not in the library) hung the full
+GPU sweep, and the model must find that deadlock.
 """
 
 import random
@@ -18,7 +18,7 @@ from utils.decode_protocol import POLICIES, random_pieces, simulate, simulate_na
 # warpgroup owning no block of a piece); a piece starting two blocks after the previous one's first.
 EDGE_ROWS = [[0], [1], [9], [0, 0, 3], [3, 0, 0], [5, 0, 2], [2, 0, 0, 1], [1] * 8, [1, 0] * 4, [2, 2, 2, 2],
              [0, 1, 0, 2, 0, 3], [4, 0, 1, 0, 5]]
-SAFE = [name for name in POLICIES if name != "v11_first"]
+SAFE = [name for name in POLICIES if name != "blocking_deadlocks"]
 
 
 @pytest.mark.parametrize("policy", SAFE)
@@ -39,19 +39,19 @@ def test_random_rows_complete(policy):
 
 
 def test_merged_pv_stream_completes():
-    # The math order of branch decode-v12-exp (PV(n - 1) and PV(n) as one chunk stream) with v11's producer.
+    # A math order tried for the wide kernel (PV(n - 1) and PV(n) as one chunk stream) with the blocking producer.
     rng = random.Random(7)
     rows = EDGE_ROWS + [random_pieces(rng) for _ in range(200)]
     for case, row in enumerate(rows):
-        result = simulate(row, POLICIES["v11"], seed=case, merged_pv=True)
+        result = simulate(row, POLICIES["blocking"], seed=case, merged_pv=True)
         assert result is None, f"merged PV on row {row}, interleaving {case}: {result}"
 
 
-def test_model_finds_the_v11_deadlock():
+def test_model_finds_the_blocking_producer_deadlock():
     # Blocking on q_empty for block n + 2 right after transposing n: entering the piece after an empty one
     # waits for the math warpgroups to finish the piece before it, i.e. for the PV of n + 1, which waits for
     # the transpose this warp has not done yet.
-    found = [simulate([5, 0, 2], POLICIES["v11_first"], seed) for seed in range(50)]
+    found = [simulate([5, 0, 2], POLICIES["blocking_deadlocks"], seed) for seed in range(50)]
     hung = [r for r in found if r is not None]
     assert hung, "the model no longer finds the deadlock the GPU sweep hit"
     assert "q_empty" in hung[0], hung[0]
@@ -67,16 +67,16 @@ def test_model_rejects_an_extra_arrival():
         bar.arrive(3)
 
 
-@pytest.mark.parametrize("kernel", ["narrow", "wide_v12", "ws"])
+@pytest.mark.parametrize("kernel", ["narrow", "wide", "ws"])
 def test_one_thread_producer_kernels_complete(kernel):
     # narrow/kernel.cuh: one TMA thread, 4 stages released by the block's owner, 2 query buffers, the merge's
     # two mbarriers over both math warpgroups at the end of every piece (empty pieces included).
-    # The wide kernel v12: the same producer with one query buffer, the P^T hand-off, stages released by both
+    # The wide kernel: the same producer with one query buffer, the P^T hand-off, stages released by both
     # warpgroups after their PV.
     # The ws kernel: the same producer; the softmax warpgroup waits for page n + 1 before handing off block n,
     # the PV warpgroups hold each piece's last stage until its epilogue.
-    simulate_kernel = {"narrow": simulate_narrow, "wide_v12": simulate_swapab, "ws": simulate_ws}[kernel]
-    rng = random.Random({"narrow": 11, "wide_v12": 13, "ws": 17}[kernel])
+    simulate_kernel = {"narrow": simulate_narrow, "wide": simulate_swapab, "ws": simulate_ws}[kernel]
+    rng = random.Random({"narrow": 11, "wide": 13, "ws": 17}[kernel])
     rows = EDGE_ROWS + [[12], [0, 13, 0], [1, 11, 2]] + [random_pieces(rng) for _ in range(300)]
     for case, row in enumerate(rows):
         result = simulate_kernel(row, seed=case)

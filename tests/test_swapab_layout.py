@@ -1,4 +1,4 @@
-"""The swap-AB PV data path of the wide decode kernel (v12), emulated on the CPU.
+"""The swap-AB PV data path of the wide decode kernel, emulated on the CPU.
 
 The kernel computes O^T = V^T . P^T with two hand-made layouts that must agree with each other and with the
 hardware's operand formats: the owner's packed P words stored whole into a K-major Swizzle-64B P^T

@@ -4,11 +4,10 @@
 // each kernel waits (griddep_wait) before its first global access (the decode kernels' L2 prefetch of guessed
 // pages aside, which reads nothing it computes with: decode_fp8/shared/pdl_point.cuh), so results are
 // bit-identical to plain launches. Inside a CUDA-graph capture the attribute becomes a programmatic edge.
-// On by default since 2026-12-01; SNAPMLA_PDL=0 turns it off (read per call, so tests and
-// benchmarks compare both in one process). Measured on the H200 against plain launches, in rounds in one call,
-// twice: 1.01-1.04x at b = 4 / 16 / 64 / 128 (h_q 16 / 64 / 128,
-// s_q 1 / 2, varlen), 0.98x at b = 1 h_q 16 (20.4 -> 20.8 us) and 0.98-1.00x at b = 1 h_q 64, 1.02-1.03x at b = 1
-// h_q 128. Before the compact epilogues and the code cuts it was 0.88-0.90x at b = 1.
+// On by default; SNAPMLA_PDL=0 turns it off (read per call, so tests and benchmarks compare both in one
+// process). Measured on the H200 against plain launches, in rounds in one call, twice (2026-12-01): 1.01-1.04x at
+// b = 4 / 16 / 64 / 128 (h_q 16 / 64 / 128, s_q 1 / 2, varlen), 0.98x at b = 1 h_q 16 (20.4 -> 20.8 us) and
+// 0.98-1.00x at b = 1 h_q 64, 1.02-1.03x at b = 1 h_q 128.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,13 +1,15 @@
 """A model of the decode kernels' barrier protocols (csrc/kernels/sm90/decode_fp8: the wide kernel, SwapAbCta, and
-the narrow one, NarrowCta), to find deadlocks on the CPU. Cta and POLICIES model the wide kernel's earlier
-producer designs (v8-v11: a transposer warpgroup that also issued TMA; replaced by v12 on 2026-11-29). They stay
-as the model's own check: it must find the v11 deadlock that hung the GPU sweep.
+the narrow one, NarrowCta), to find deadlocks on the CPU. Cta and POLICIES model a wide-kernel design that is
+not in the library: a transposer warpgroup that built V^T in shared memory and also issued TMA (docs/design.md
+section 5). They stay as the model's own check: one of its producer policies hung the GPU sweep, and the model
+must find that deadlock.
 
 The kernel's roles only meet at mbarriers, so whether a CTA can hang depends on the order of waits and arrivals
 alone. This model replays that order for one CTA's schedule row (a list of pieces, each a block count, zero
 included) with agents that are Python generators yielding barrier actions, and a scheduler that runs them in a
-random interleaving: the 2 math warpgroups (mainloop.cuh run_math), the producer (v8-v11: 4 warps with
-TmaLoader; v12 and the narrow kernel: one TMA thread, tma_producer.cuh) and the TMA unit (completes each issued load at a random later step). A state where
+random interleaving: the 2 math warpgroups (mainloop.cuh run_math), the producer (the transposer design: 4 warps
+with TmaLoader; the kernels in the library: one TMA thread, tma_producer.cuh) and the TMA unit (completes each
+issued load at a random later step). A state where
 no agent can move (or where the only moves are failed polls, for a long time) is a deadlock.
 
 Barriers follow mbarrier semantics: an arrival count per phase, a completed-phase counter c, and waits by parity
@@ -17,9 +19,9 @@ the threads of a warpgroup (or warp) move together and arrive with their thread 
 The narrow kernel (narrow/kernel.cuh) also meets at two mbarriers over both math warpgroups at the end of each
 piece (merge_bar: arrive, then wait for the piece's parity).
 
-Producer policies of the wide kernel (Policy): which warps issue TMA, whether a warp polls its loader while it waits, and the
-loader's blocking bounds after transposing block n (TmaLoader: q_empty may block for blocks < need_q, kv_empty
-for blocks < need, prefetch up to want). `POLICIES` holds the kernel's past and present ones.
+Producer policies of the transposer design (Policy): which warps issue TMA, whether a warp polls its loader while
+it waits, and the loader's blocking bounds after transposing block n (TmaLoader: q_empty may block for blocks <
+need_q, kv_empty for blocks < need, prefetch up to want). `POLICIES` holds the ones that design went through.
 """
 
 from __future__ import annotations
@@ -62,15 +64,18 @@ class Policy:
 
 INF = 1 << 30
 POLICIES = {
-    # v8 (2026-11-29): warp 0 alone issues, polls between tests, blocks only for the block it waits for.
-    "v8": Policy("v8", (0,), True, False, None, lambda n: (n + 1, n + 1, n + 1 + KV_STAGES)),
-    # v9: every warp issues its own content tile; parks once its loader is idle.
-    "v9": Policy("v9", (0, 1, 2, 3), True, True, None, lambda n: (n + 1, n + 1, n + 1 + KV_STAGES)),
-    # v11 as first written: no polling, blocking up to n + 2 for both barriers. Deadlocks when a piece past an
-    # empty one starts at n + 2 (q_empty of the empty piece needs the PV of n + 1).
-    "v11_first": Policy("v11_first", (0, 1, 2, 3), False, False, (1, 1, KV_STAGES), lambda n: (n + 3, n + 3, n + 4)),
-    # v11 fixed: q_empty may block only up to n + 1.
-    "v11": Policy("v11", (0, 1, 2, 3), False, False, (1, 1, KV_STAGES), lambda n: (n + 2, n + 3, n + 4)),
+    # Warp 0 alone issues, polls between tests, blocks only for the block it waits for.
+    "one_issuer_polling": Policy("one_issuer_polling", (0,), True, False, None,
+                                 lambda n: (n + 1, n + 1, n + 1 + KV_STAGES)),
+    # Every warp issues its own content tile; parks once its loader is idle.
+    "four_issuers_parking": Policy("four_issuers_parking", (0, 1, 2, 3), True, True, None,
+                                   lambda n: (n + 1, n + 1, n + 1 + KV_STAGES)),
+    # No polling, blocking up to n + 2 for both barriers. Deadlocks when a piece past an empty one starts at
+    # n + 2 (q_empty of the empty piece needs the PV of n + 1): the policy that hung the GPU sweep.
+    "blocking_deadlocks": Policy("blocking_deadlocks", (0, 1, 2, 3), False, False, (1, 1, KV_STAGES),
+                                 lambda n: (n + 3, n + 3, n + 4)),
+    # The same with q_empty blocking only up to n + 1.
+    "blocking": Policy("blocking", (0, 1, 2, 3), False, False, (1, 1, KV_STAGES), lambda n: (n + 2, n + 3, n + 4)),
 }
 
 Action = tuple  # ("wait", bar, parity) | ("test", bar, parity) | ("arrive", bar, weight) | ("tma", bar) |
@@ -80,8 +85,8 @@ Agent = Generator[Action, Optional[bool], None]
 
 class Cta:
     def __init__(self, pieces: list[int], policy: Policy, merged_pv: bool = False):
-        # merged_pv: PV(n - 1) and PV(n) as one chunk stream (branch decode-v12-exp): both P read first, the V^T
-        # of n waited for mid-stream, the V^T half of n - 1 released before that of n.
+        # merged_pv: PV(n - 1) and PV(n) as one chunk stream (a math order tried for the wide kernel): both P read
+        # first, the V^T of n waited for mid-stream, the V^T half of n - 1 released before that of n.
         self.pieces, self.policy, self.merged_pv = pieces, policy, merged_pv
         b = Barrier
         self.kv_full = [b(f"kv_full{i}", 2 * len(policy.issuers)) for i in range(KV_STAGES)]
@@ -215,7 +220,7 @@ def simulate_narrow(pieces: list[int], seed: int, release_at_piece_end: bool = F
 
 
 def simulate_swapab(pieces: list[int], seed: int) -> Optional[str]:
-    """The wide kernel with swap-AB PV (v12, main), as simulate."""
+    """The wide kernel with swap-AB PV (wide/mainloop.cuh), as simulate."""
     cta = SwapAbCta(pieces)
     agents = {f"math{wg}": cta.math(wg) for wg in range(2)}
     agents["producer"] = cta.producer()
@@ -283,7 +288,7 @@ def random_pieces(rng: random.Random) -> list[int]:
     return [rng.choice([0, 0, 1, 1, 2, 3, 5, 9]) for _ in range(rng.randint(1, 8))]
 
 
-# ---- the one-thread TMA producer of the narrow kernel and the wide kernel v12 (tma_producer.cuh) ----
+# ---- the one-thread TMA producer of the narrow, wide and ws kernels (tma_producer.cuh) ----
 def tma_producer(pieces: list[int], q_full: list[Barrier], q_empty: list[Barrier], kv_full: list[Barrier],
                  kv_empty: list[Barrier]) -> Agent:
     """run_producer: per piece the query tile into buffer piece % len(q_full) (once the math warpgroups freed
@@ -352,7 +357,7 @@ class NarrowCta:
         return tma_producer(self.pieces, self.q_full, self.q_empty, self.kv_full, self.kv_empty)
 
 
-# ---- the wide kernel with swap-AB PV (v12: mainloop.cuh, tma_producer.cuh) ----
+# ---- the wide kernel with swap-AB PV (wide/mainloop.cuh, tma_producer.cuh) ----
 SWAPAB_STAGES = 4
 
 

@@ -55,8 +55,8 @@ ROPE_STEPS = L.D_ROPE // ROPE_K_STEP  # 4
 
 def qk_accumulated(qc, qr, kc, kr, group: int = CONTENT_STEPS, rope_chain: int = -1) -> torch.Tensor:
     """QK (R, T) as the kernel's tensor cores give it: qc (R, 512) / kc (T, 512) e4m3 values, qr (R, 64) / kr
-    (T, 64) bf16 values, all float64. group: content k-steps per accumulator chain (16 = one chain, as the
-    kernels before 97993be; the wide kernel runs 8, the narrow one 2). rope_chain: the chain whose content steps
+    (T, 64) bf16 values, all float64. group: content k-steps per accumulator chain (16 = one chain; the wide and ws
+    kernels run 8, the narrow one 2). rope_chain: the chain whose content steps
     the RoPE k-group follows (-1: the last)."""
     total = None
     rope_g0 = (CONTENT_STEPS // group + rope_chain) % (CONTENT_STEPS // group) * group

@@ -43,9 +43,9 @@ def test_small_integers_are_exact_and_the_result_keeps_14_bits(model):
 
 def test_model_reproduces_the_h200_far_above_error(model):
     """Measured on the H200 (test_block_far_above_the_others), kernel - reference at lse 86 / 108 / 94: one chain
-    of 16 k-steps -0.37 / -0.52 / -0.46 nats; since 2026-12-01 the wide kernel's two chains of 8
-    -0.13 / -0.20 / -0.13 and the narrow kernel's four chains of 4 -0.05 / -0.06 / -0.06; since 2026-12-01 the narrow kernel's eight chains of 2 -0.016 / -0.019 / -0.019. The model gives the same sizes and
-    signs on inputs of the same kind (not the test's own inputs)."""
+    of 16 k-steps -0.37 / -0.52 / -0.46 nats; the wide kernel's two chains of 8 -0.13 / -0.20 / -0.13; the
+    narrow kernel's four chains of 4 -0.05 / -0.06 / -0.06 and its eight chains of 2 -0.016 / -0.019 / -0.019.
+    The model gives the same sizes and signs on inputs of the same kind (not the test's own inputs)."""
     for block in (0, 7, 15):
         q, kv = model.far_above_case(block)
         err = {g: float(model.lse_error(q, kv, L.D_QK**-0.5, group=g)[0]) for g in (16, 8, 4, 2)}

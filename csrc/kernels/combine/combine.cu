@@ -14,11 +14,11 @@
 // up to 16 sets of warps that take the row's load groups of 16 pieces round robin, so that a request of up to
 // ~128 pieces is one round of loads per lane; up to 512 rows one CTA per row with up to 4 sets and groups of 8
 // pieces; many rows one warp per row, 4 rows per CTA, groups of 2 pieces.
-// H200, 2026-12-01 (the earlier few-rows layout: one CTA per row, up to 4 sets of 4 warps, groups of 8): one warp
-// per row walking pieces one load group at a time took 20.1 us at b1 h64 (4 warps per row: 7.1 us, with 4 sets
-// 5.9 us); 4 warps per row for every shape took 28.6 us at b64 h128 32k (8192 CTAs, each a chain of dependent
-// global loads; one warp per row had taken 10.5 us). The fan-out: 1.05-1.08x for the whole call at b = 1
-// (H100, 2026-12-07, docs/design.md section 1).
+// Why the layouts differ (H200, 2026-12-01): at b1 h64 one warp per row walking the pieces one load group at a
+// time took 20.1 us, one CTA of 4 warps per row 7.1 us, and with 4 sets 5.9 us; at b64 h128 32k 4 warps per row
+// took 28.6 us (8192 CTAs, each a chain of dependent global loads) against one warp per row's 10.5 us. Spreading
+// a row over CTAs (the fan-out) gave 1.05-1.08x more for the whole call at b = 1 (H100, 2026-12-07,
+// docs/design.md section 1).
 // Latency per CTA: num_splits -> the o loads of the set's first group (issued before anything else is known;
 // every piece of the row has an o_accum row, an empty piece's is loaded and never used) and the row's lse
 // values -> max, sum, the chunk's weights -> FMAs -> the sets' partial sums in shared memory -> store.
@@ -61,9 +61,8 @@ struct Layout {
   static constexpr int SET_THREADS = 32 * WARPS_PER_SET * ROWS_PER_CTA;
   static constexpr int THREADS = SET_THREADS * SETS;
   // __launch_bounds__' minimum CTAs per SM: one CTA per row at 512 threads keeps two per SM (at most 64
-  // registers; the fan-out's ~116 allow one). 0 leaves ptxas its default, as without the argument (the register
-  // counts the 2026-12-07 measurements ran with: smaller CTAs of this layout at 64 too, which a minimum of 2
-  // raised to 72-80).
+  // registers; the fan-out's ~116 allow one). 0 leaves ptxas its default, as without the argument: smaller CTAs
+  // of this layout get 64 registers that way, and 72-80 with a minimum of 2.
   static constexpr int MIN_CTAS =
       GROUP == COMBINE_ROW_CTA_GROUP && THREADS == COMBINE_MAX_THREADS ? COMBINE_ROW_CTA_MIN_CTAS : 0;
   static_assert(COL_SPLIT * WARPS_PER_SET * 128 * VEC == D_V, "whole quads of columns");

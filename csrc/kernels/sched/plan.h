@@ -13,7 +13,7 @@
 //     line evenly: part p owns [part_begin(p), part_begin(p + 1)), part_begin(p) = floor(p * C_b / num_sm_parts),
 //     lengths P - 1 or P, none empty. Shorter parts own [p * P, (p + 1) * P): the last ones short or empty
 //     (empty parts must come last, or a request would count a piece in an empty part between two of its own).
-//     (Until 2026-12-01 every plan was the second kind: 6 of 132 parts empty at b16 8k.)
+//     Laid out the second way, b = 16 at 8k would leave 6 of 132 parts empty.
 // Each part then runs over whole cost units except for at most one continuation piece whose overhead the
 // line did not charge, so every part costs at most P + PIECE_OVERHEAD_BLOCKS blocks (tests/test_sched.py).
 // A request's pieces are the parts from part_of(first item) to part_of(last item): every part in between owns

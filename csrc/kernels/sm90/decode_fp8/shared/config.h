@@ -54,7 +54,7 @@ static_assert(MATH_REGS % 8 == 0 && PRODUCER_REGS % 8 == 0, "setmaxnreg takes mu
 // ---- pipeline ----
 // KV stages hold what TMA brings (content + RoPE + scales, 41216 B); a stage is free once both math warpgroups
 // ran their PV of the block (their V^T fragments come from its content tiles, P^T from the hand-off in its RoPE
-// tile). With no V^T buffers (64 KB in v11) there is room for 4.
+// tile). V^T lives in registers, not in 64 KB of shared-memory buffers, which leaves room for 4.
 inline constexpr int KV_STAGES = 4;
 inline constexpr int KV_STAGE_TX_BYTES = CONTENT_TILES * CONTENT_TILE_BYTES + ROPE_TILE_BYTES + BLOCK_N * 4;
 // The query tile: 4 warp slabs of rows_per_warp rows (launch.h), content and RoPE (TMA counts whole boxes).

@@ -13,8 +13,8 @@ namespace snapmla::sm90::decode_fp8 {
 
 // The dynamic shared memory rounded up to 1024 B (the launch asks for sizeof(Storage) + 1024). The padding is
 // computed on the 32-bit shared address and added to smem_raw itself: rounding the generic pointer through
-// uintptr_t (as before 2026-12-01) loses the address space, and every C++ access to the storage became a
-// generic LD.E / ST.E with a 64-bit address (34 in the wide kernel's SASS, 62 in the narrow one) instead of LDS / STS.
+// uintptr_t loses the address space, and every C++ access to the storage becomes a generic LD.E / ST.E with a
+// 64-bit address (34 in the wide kernel's SASS, 62 in the narrow one) instead of LDS / STS.
 template <typename Storage>
 __device__ __forceinline__ Storage& aligned_storage(uint8_t* smem_raw) {
   const uint32_t base = smem_u32(smem_raw);

@@ -2,7 +2,7 @@
 // the narrow kernel instead, narrow/kernel.cuh): attention of 64 folded query rows (row = s * h_q + h) over the
 // 64-token pages of one schedule row's pieces, with FP8 Q and K content, BF16 pre-scaled RoPE, per-token K scales
 // and per-(row, block) FP8 P scales folded into the online-softmax state.
-// v12: PV as O^T = V^T . P^T (swap AB), no transposer (v11 had one), validated on the H200 on 2026-11-29.
+// PV runs as O^T = V^T . P^T (swap AB: V^T built in registers, no transposer warpgroup; docs/design.md section 3).
 //
 // Grid (num_m_tiles, num_sm_parts), 384 threads, one CTA per SM (~203 KB of shared memory), persistent over the
 // pieces of its schedule row. Warpgroups:

@@ -3,8 +3,8 @@
 // softmax state to the other warpgroup through shared memory (exchange.cuh). Both warpgroups run PV for every
 // block, warpgroup wg for dims 256wg .. 256wg + 255, in increasing block order, as O^T = V^T . P^T (swap AB:
 // A = V^T built in registers by ldmatrix.trans from the page's content tiles, B = P^T in the hand-off).
-// v12 (2026-11-29; 1.05-1.20x of v11 at h_q 64 / 128, H200, docs/design.md).
-// v11 ran PV as P . V with V^T transposed into shared memory by the producer warpgroup.
+// Against PV as P . V with V^T transposed into shared memory by a transposer warpgroup, this is 1.05-1.20x at
+// h_q 64 / 128 (H200, docs/design.md section 5).
 //
 // Per own block n of a piece (the owner of n - 1, if it is in the piece, is the other warpgroup):
 //   wait kv_full -> 16 x QGMMA m64n64k32 (Q8 . K8, 512 dims) + 4 x HGMMA m64n64k16 (RoPE) -> retire
