@@ -428,7 +428,7 @@ def length_fit(json_path: str) -> str:
             fit = f"{res:.1f}" if len(lengths) > 2 else "-"
             lines.append(f"| {b}, {s_q}, {h_q} | {span} | {side} | {fixed:.1f} | {slope:.2f} | {fit} | {rel} |")
     env = data.get("environment", {})
-    # Runs before the flush mode was recorded zeroed the buffer.
+    # A result file without "l2_flush" was flushed by zeroing (the harness's default).
     lines.append(f"\n{env.get('gpu', '?')}, commit {env.get('git_revision', '?')}, {env.get('date', '?')}, L2 flush "
                  f"by {data.get('l2_flush', 'write')} ({os.path.basename(json_path)})")
     return "\n".join(lines)

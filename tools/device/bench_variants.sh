@@ -23,7 +23,7 @@
 #   SNAPMLA_VARIANT_ROUNDS=2 (default): the variants' benchmarks run in rounds, each starting one variant later
 #   (A B C, B C A, C A B, ...), and the table takes each variant's fastest round per case. One round in variant
 #   order was biased: on 2026-12-01 the first variant ran up to 16 % slower than an identical second one (GPU
-#   clocks settling); on 2026-12-08 the slot bias of fixed-order rounds was ~4 % (see the rounds loop).
+#   clocks settling), and fixed-order rounds kept a slot bias of ~4 % (the rounds loop says where).
 #   SNAPMLA_VARIANT_WARMUP=1 (default) runs the first variant's benchmark once more before the rounds, unrecorded.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
